@@ -1,0 +1,3 @@
+//! One module per subcommand; each turns its arguments into library calls and returns an exit code.
+
+pub mod lab;

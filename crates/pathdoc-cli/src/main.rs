@@ -1,0 +1,62 @@
+//! `pathdoc`: the thin binary. Parses arguments, runs one command from the library crates,
+//! renders its report, and maps the outcome to an exit code scripts can use:
+//! 0 healthy, 1 a fault was found, 2 could not run (usage, unreachable, privilege), 3 inconclusive.
+
+mod cmd;
+mod output;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "pathdoc", version, about = "Diagnose long-lived and bulk TCP transfers across a real path", long_about = None)]
+struct Cli {
+    /// Print a versioned JSON document instead of human text.
+    #[arg(long, global = true)]
+    json: bool,
+    /// More log output on stderr (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Build network paths with real kernel faults out of network namespaces (needs root).
+    Lab(cmd::lab::LabArgs),
+}
+
+/// Options every command shares, handed down to the command modules.
+#[derive(Debug, Clone, Copy)]
+pub struct Global {
+    pub json: bool,
+    pub verbose: u8,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let global = Global { json: cli.json, verbose: cli.verbose };
+    let result = match cli.command {
+        Command::Lab(args) => cmd::lab::run(args, global),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(err) => {
+            output::print_error(&err, global);
+            std::process::exit(2);
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PATHDOC_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}

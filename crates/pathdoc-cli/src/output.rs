@@ -1,0 +1,101 @@
+//! Rendering reports and errors for humans (default) or as versioned JSON (`--json`).
+
+use std::io::Write;
+
+use pathdoc_core::{Finding, Report, Status};
+
+use crate::Global;
+
+/// Print a report in the selected format and return its exit code.
+pub fn print_report(report: &Report, global: Global) -> i32 {
+    let mut out = std::io::stdout().lock();
+    if global.json {
+        // A broken pipe on stdout is not worth a panic; the exit code still tells the story.
+        let _ = serde_json::to_writer_pretty(&mut out, report);
+        let _ = writeln!(out);
+    } else {
+        let _ = write!(out, "{}", render_text(report));
+    }
+    report.exit_code()
+}
+
+/// Human rendering: one block per finding, evidence indented under it, remedies last.
+pub fn render_text(report: &Report) -> String {
+    let mut s = String::new();
+    for finding in &report.findings {
+        render_finding(&mut s, finding);
+        s.push('\n');
+    }
+    let overall = report.overall();
+    let verdict = match overall {
+        Status::Pass | Status::Info => "no problem found",
+        Status::Warn => "works, but below recommendation",
+        Status::Fail => "problem found",
+        Status::Inconclusive => "inconclusive",
+    };
+    s.push_str(&format!("Overall: {} ({verdict}) — {}\n", overall, report.target));
+    s
+}
+
+fn render_finding(s: &mut String, f: &Finding) {
+    s.push_str(&format!("[{:<5}] {}: {}\n", f.status.label(), f.check, f.title));
+    if !f.summary.is_empty() {
+        for line in wrap(&f.summary, 90) {
+            s.push_str(&format!("        {line}\n"));
+        }
+    }
+    if let Some(req) = &f.requirement {
+        s.push_str(&format!("        requirement: {req}\n"));
+    }
+    if !f.evidence.is_empty() {
+        s.push_str("        evidence:\n");
+        for e in &f.evidence {
+            match &e.detail {
+                Some(d) => s.push_str(&format!("          - {}: {} ({d})\n", e.name, e.value)),
+                None => s.push_str(&format!("          - {}: {}\n", e.name, e.value)),
+            }
+        }
+    }
+    if !f.remedies.is_empty() {
+        s.push_str("        fix:\n");
+        for r in &f.remedies {
+            s.push_str(&format!("          - {}\n", r.description));
+            if let Some(c) = &r.command {
+                for line in c.lines() {
+                    s.push_str(&format!("              {line}\n"));
+                }
+            }
+        }
+    }
+}
+
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.len() + 1 + word.len() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+/// Errors go to stderr, as text or as a JSON object with the same schema tag.
+pub fn print_error(err: &anyhow::Error, global: Global) {
+    if global.json {
+        let doc = serde_json::json!({
+            "schema": pathdoc_core::report::SCHEMA_VERSION,
+            "error": format!("{err:#}"),
+        });
+        println!("{doc}");
+    } else {
+        eprintln!("pathdoc: error: {err:#}");
+    }
+}

@@ -1,0 +1,9 @@
+//! Shared vocabulary of pathdoc: the report every check produces and the units it speaks in.
+//!
+//! Nothing here touches the network or the terminal. Checks build [`report::Finding`]s with
+//! [`report::Evidence`]; the CLI renders them as text or JSON.
+
+pub mod report;
+pub mod units;
+
+pub use report::{Evidence, Finding, Quantity, Remedy, Report, Status};

@@ -1,0 +1,113 @@
+//! Honest units: rates in bit/s with SI prefixes, sizes in bytes with IEC prefixes.
+//!
+//! 1 Mbit/s = 10^6 bit/s; 1 MiB = 2^20 bytes. Keeping these apart is the point: seed 002's
+//! iperf-vs-iftop "7 % disagreement" was a units mix-up.
+
+use std::time::Duration;
+
+/// Format a rate in bits per second with an SI prefix: `93.4 Mbit/s`.
+pub fn format_rate(bits_per_second: f64) -> String {
+    if !bits_per_second.is_finite() {
+        return "n/a".to_string();
+    }
+    let (value, prefix) = scale_si(bits_per_second);
+    format!("{} {}bit/s", three_significant(value), prefix)
+}
+
+/// Format a byte count with an IEC prefix: `2.00 MiB`; exact below 1 KiB (`1420 B`).
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64;
+    let mut unit = "B";
+    for u in UNITS {
+        if value < 1024.0 {
+            break;
+        }
+        value /= 1024.0;
+        unit = u;
+    }
+    format!("{} {}", three_significant(value), unit)
+}
+
+/// Format a duration for humans, choosing the unit by magnitude: `350 µs`, `41.2 ms`, `3.0 s`,
+/// `61 min 10 s`, `2 h 4 min`.
+pub fn format_duration(d: Duration) -> String {
+    let secs = d.as_secs_f64();
+    if secs < 1e-3 {
+        format!("{:.0} µs", secs * 1e6)
+    } else if secs < 1.0 {
+        format!("{} ms", three_significant(secs * 1e3))
+    } else if secs < 60.0 {
+        format!("{} s", three_significant(secs))
+    } else if secs < 3600.0 {
+        let whole = d.as_secs();
+        match whole % 60 {
+            0 => format!("{} min", whole / 60),
+            s => format!("{} min {} s", whole / 60, s),
+        }
+    } else {
+        let whole = d.as_secs();
+        let (h, m, s) = (whole / 3600, (whole % 3600) / 60, whole % 60);
+        match (m, s) {
+            (0, 0) => format!("{h} h"),
+            (m, 0) => format!("{h} h {m} min"),
+            (m, s) => format!("{h} h {m} min {s} s"),
+        }
+    }
+}
+
+/// Pick an SI prefix so that the value is in [1, 1000).
+pub fn scale_si(value: f64) -> (f64, &'static str) {
+    const PREFIXES: [(f64, &str); 4] = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")];
+    for (factor, prefix) in PREFIXES {
+        if value.abs() >= factor {
+            return (value / factor, prefix);
+        }
+    }
+    (value, "")
+}
+
+/// Three significant digits without scientific notation: 93.4, 9.35, 935, 1000.
+fn three_significant(value: f64) -> String {
+    let magnitude = value.abs();
+    if magnitude >= 100.0 || magnitude == 0.0 {
+        format!("{value:.0}")
+    } else if magnitude >= 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_use_si_bits() {
+        assert_eq!(format_rate(93_400_000.0), "93.4 Mbit/s");
+        assert_eq!(format_rate(1e9), "1.00 Gbit/s");
+        assert_eq!(format_rate(950.0), "950 bit/s");
+        assert_eq!(format_rate(12_345.0), "12.3 kbit/s");
+    }
+
+    #[test]
+    fn sizes_use_iec_bytes() {
+        assert_eq!(format_bytes(1420), "1.39 KiB");
+        assert_eq!(format_bytes(1000), "1000 B");
+        assert_eq!(format_bytes(2 * 1024 * 1024), "2.00 MiB");
+        assert_eq!(format_bytes(6 * 1024 * 1024 * 1024), "6.00 GiB");
+    }
+
+    #[test]
+    fn durations_pick_a_readable_unit() {
+        assert_eq!(format_duration(Duration::from_micros(350)), "350 µs");
+        assert_eq!(format_duration(Duration::from_millis(41)), "41.0 ms");
+        assert_eq!(format_duration(Duration::from_secs(3670)), "1 h 1 min 10 s");
+        assert_eq!(format_duration(Duration::from_secs(7440)), "2 h 4 min");
+        assert_eq!(format_duration(Duration::from_secs(90)), "1 min 30 s");
+    }
+}

@@ -1,0 +1,1 @@
+//! Network-namespace lab: builds paths with conntrack NAT, nftables filters, MTU, rate, loss and delay.

@@ -1,0 +1,1 @@
+//! Path-MTU check: MTU both ways, PMTUD black holes, MSS clamping.

@@ -1,0 +1,1 @@
+//! pathdoc's versioned client/server wire protocol.

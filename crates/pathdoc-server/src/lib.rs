@@ -1,0 +1,1 @@
+//! pathdoc server: listener, handshake, auth, per-client limits, session registry.

@@ -1,0 +1,1 @@
+//! Linux kernel access for pathdoc: TCP_INFO, socket options, network namespaces, sysctls.
