@@ -1,1 +1,2 @@
 //! Linux kernel access for pathdoc: TCP_INFO, socket options, network namespaces, sysctls.
+pub mod netns;
