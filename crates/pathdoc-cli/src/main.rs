@@ -4,6 +4,7 @@
 
 mod cmd;
 mod output;
+mod progress;
 
 use clap::{Parser, Subcommand};
 
@@ -24,6 +25,10 @@ struct Cli {
 enum Command {
     /// Build network paths with real kernel faults out of network namespaces (needs root).
     Lab(cmd::lab::LabArgs),
+    /// Run the far end of the checks (TCP and UDP on one port).
+    Server(cmd::server::ServerArgs),
+    /// Diagnose the path to a pathdoc server: MTU, throughput, idle timeouts.
+    Check(cmd::check::CheckArgs),
 }
 
 /// Options every command shares, handed down to the command modules.
@@ -35,10 +40,13 @@ pub struct Global {
 
 fn main() {
     let cli = Cli::parse();
-    init_logging(cli.verbose);
+    let json_logs = matches!(&cli.command, Command::Server(a) if a.log_format() == cmd::server::LogFormat::Json);
+    init_logging(cli.verbose, json_logs);
     let global = Global { json: cli.json, verbose: cli.verbose };
     let result = match cli.command {
         Command::Lab(args) => cmd::lab::run(args, global),
+        Command::Server(args) => cmd::server::run(args, global),
+        Command::Check(args) => cmd::check::run(args, global),
     };
     match result {
         Ok(code) => std::process::exit(code),
@@ -49,8 +57,9 @@ fn main() {
     }
 }
 
-fn init_logging(verbose: u8) {
+fn init_logging(verbose: u8, json: bool) {
     let default = match verbose {
+        0 if json => "info",
         0 => "warn",
         1 => "info",
         2 => "debug",
@@ -58,5 +67,10 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("PATHDOC_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
 }

@@ -3,7 +3,9 @@
 //! Nothing here touches the network or the terminal. Checks build [`report::Finding`]s with
 //! [`report::Evidence`]; the CLI renders them as text or JSON.
 
+pub mod progress;
 pub mod report;
 pub mod units;
 
+pub use progress::{NoProgress, Progress};
 pub use report::{Evidence, Finding, Quantity, Remedy, Report, Status};

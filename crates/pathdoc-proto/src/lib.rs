@@ -1,1 +1,193 @@
-//! pathdoc's versioned client/server wire protocol.
+//! pathdoc's client/server wire protocol, version [`PROTOCOL_VERSION`].
+//!
+//! Every TCP connection opens with a 6-byte preamble in each direction — [`MAGIC`] and the
+//! big-endian protocol version — so a peer speaking anything else (an HTTP probe, an old pathdoc)
+//! is recognised in the first read and turned away with a clear reason. After the preamble both
+//! sides exchange length-prefixed JSON frames (u32 big-endian length, at most [`MAX_FRAME`] bytes):
+//! the client's [`Hello`], the server's [`Welcome`] or [`Refusal`], then messages of the check
+//! that owns the connection. UDP datagrams carry a [`UdpHeader`] instead.
+//!
+//! JSON keeps the protocol debuggable with tcpdump; the frames are small control messages, bulk
+//! data for throughput tests flows on separate data connections outside the framing.
+
+pub mod frame;
+pub mod udp;
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::net::SocketAddr;
+
+pub use frame::{read_frame, read_preamble, write_frame, write_preamble, FramedConn};
+pub use udp::UdpHeader;
+
+/// First bytes of every pathdoc connection and datagram.
+pub const MAGIC: [u8; 4] = *b"PDoc";
+/// Bumped on any incompatible change; client and server must match exactly.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Largest JSON frame either side accepts; bigger ones are a protocol error, not an allocation.
+pub const MAX_FRAME: usize = 64 * 1024;
+/// Default server port, TCP and UDP.
+pub const DEFAULT_PORT: u16 = 7224;
+
+/// Which check a session belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CheckKind {
+    Idle,
+    Mtu,
+    Speed,
+}
+
+impl fmt::Display for CheckKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CheckKind::Idle => "idle",
+            CheckKind::Mtu => "mtu",
+            CheckKind::Speed => "speed",
+        })
+    }
+}
+
+/// Server-chosen session identifier, random so that one client cannot guess another's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SessionId(pub u64);
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// What a new TCP connection is for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "type")]
+pub enum Channel {
+    /// The control connection of a check session. `resume` reattaches to an existing session
+    /// after an outage (the server keeps sessions and their results for a while).
+    Control { check: CheckKind, resume: Option<SessionId> },
+    /// A data or probe connection of an existing session; `tag` is the check's own label
+    /// (probe number, stream number).
+    Data { session: SessionId, tag: u32 },
+}
+
+/// First frame from the client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// Shared secret, when the server requires one (`pathdoc server --auth-token`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// Client software version, for logs.
+    pub client_version: String,
+    pub channel: Channel,
+}
+
+/// The server's acceptance of a [`Hello`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Welcome {
+    pub server_version: String,
+    /// The session this connection belongs to (new or resumed).
+    pub session: SessionId,
+    /// The client's address and port as the server sees them: the NAT's public mapping.
+    pub observed: SocketAddr,
+}
+
+/// Why the server turned a connection away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RefusalCode {
+    VersionMismatch,
+    AuthRequired,
+    AuthFailed,
+    /// Too many connections or sessions from this client, or the server is full.
+    LimitExceeded,
+    UnknownSession,
+    UnsupportedCheck,
+    BadRequest,
+}
+
+/// The server's refusal, sent before it closes the connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    pub code: RefusalCode,
+    pub message: String,
+}
+
+/// The server's answer to a [`Hello`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "type")]
+pub enum HelloReply {
+    Welcome(Welcome),
+    Refused(Refusal),
+}
+
+/// Errors of the wire layer.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtoError {
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("peer is not speaking the pathdoc protocol (first bytes {0:02x?})")]
+    NotPathdoc(Vec<u8>),
+    #[error("protocol version mismatch: we speak {ours}, the peer speaks {theirs}; upgrade the older side")]
+    VersionMismatch { ours: u16, theirs: u16 },
+    #[error("frame of {0} bytes exceeds the {MAX_FRAME}-byte limit")]
+    FrameTooLarge(usize),
+    #[error("malformed message: {0}")]
+    Malformed(String),
+    #[error("connection closed by peer")]
+    Closed,
+    #[error("timed out after {0:?} waiting for {1}")]
+    Timeout(std::time::Duration, &'static str),
+    #[error("server refused: {} ({:?})", .0.message, .0.code)]
+    Refused(Refusal),
+}
+
+impl ProtoError {
+    /// True when the connection itself broke (as opposed to the peer saying something wrong):
+    /// the caller may reconnect.
+    pub fn is_disconnect(&self) -> bool {
+        matches!(self, ProtoError::Io(_) | ProtoError::Closed | ProtoError::Timeout(..))
+    }
+}
+
+/// This crate's version string, sent in [`Hello`] and [`Welcome`].
+pub fn software_version() -> String {
+    format!("pathdoc {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Open a pathdoc connection: TCP connect, preamble, [`Hello`], and the server's reply.
+/// Every step has a deadline so an unresponsive server cannot hang the client.
+pub async fn connect(
+    server: SocketAddr,
+    token: Option<String>,
+    channel: Channel,
+    deadline: std::time::Duration,
+) -> Result<(FramedConn, Welcome), ProtoError> {
+    let stream = tokio::time::timeout(deadline, tokio::net::TcpStream::connect(server))
+        .await
+        .map_err(|_| ProtoError::Timeout(deadline, "TCP connect"))??;
+    handshake(stream, token, channel, deadline).await
+}
+
+/// Run the client side of the handshake on an already connected stream (for callers that need
+/// to set socket options such as `TCP_MAXSEG` or keepalive before connecting).
+pub async fn handshake(
+    stream: tokio::net::TcpStream,
+    token: Option<String>,
+    channel: Channel,
+    deadline: std::time::Duration,
+) -> Result<(FramedConn, Welcome), ProtoError> {
+    let mut conn = FramedConn::new(stream)?;
+    let hello = Hello { token, client_version: software_version(), channel };
+    tokio::time::timeout(deadline, async {
+        write_preamble(conn.stream_mut()).await?;
+        conn.send(&hello).await?;
+        read_preamble(conn.stream_mut()).await?;
+        match conn.recv::<HelloReply>().await? {
+            HelloReply::Welcome(w) => Ok(w),
+            HelloReply::Refused(r) => Err(ProtoError::Refused(r)),
+        }
+    })
+    .await
+    .map_err(|_| ProtoError::Timeout(deadline, "server handshake"))?
+    .map(|welcome| (conn, welcome))
+}

@@ -1,1 +1,211 @@
-//! pathdoc server: listener, handshake, auth, per-client limits, session registry.
+//! The pathdoc server framework: one TCP port and the same UDP port, a versioned handshake,
+//! optional shared-secret auth, per-client limits, and a registry of check sessions.
+//!
+//! The framework knows no check. Each check (idle, mtu, speed) implements [`Service`] in its
+//! own crate and is registered by the binary with [`Server::with_service`]. A connection flows:
+//! accept → per-IP connection permit ([`limits`]) → preamble + [`Hello`](pathdoc_proto::Hello)
+//! within the handshake deadline → auth → a new or existing [`Session`] → the check's
+//! [`Service::control`] or [`Service::data`]. Datagrams on the UDP port go to [`Service::udp`].
+//!
+//! Facing the internet: the server never allocates more than a frame's bounded size per message,
+//! caps connections and sessions per client address and in total, ends sessions at a hard
+//! deadline, and answers UDP only for live sessions with no more bytes than it received.
+
+pub mod limits;
+pub mod session;
+
+mod conn;
+mod udp;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pathdoc_proto::{CheckKind, FramedConn};
+use tokio_util::sync::CancellationToken;
+
+pub use limits::Limits;
+pub use session::{Session, SessionRegistry};
+
+/// Server settings. `Default` gives safe public-server values.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// TCP and UDP listen address.
+    pub listen: SocketAddr,
+    /// Shared secret required in every Hello, if set.
+    pub auth_token: Option<String>,
+    pub limits: Limits,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([0, 0, 0, 0], pathdoc_proto::DEFAULT_PORT)),
+            auth_token: None,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// Errors a [`Service`] returns; logged by the framework, never fatal to the server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error(transparent)]
+    Proto(#[from] pathdoc_proto::ProtoError),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("client request refused: {0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Errors that stop the server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("no service registered")]
+    NoService,
+}
+
+/// The server side of one check.
+#[async_trait]
+pub trait Service: Send + Sync + 'static {
+    /// Which check this service answers.
+    fn check(&self) -> CheckKind;
+
+    /// Run the control connection of `session`. Called again with `resumed = true` when a
+    /// client reattaches after an outage; the previous call may still be running until its
+    /// connection errors out. Return when the client is done or the connection broke.
+    async fn control(
+        &self,
+        session: Arc<Session>,
+        conn: FramedConn,
+        resumed: bool,
+    ) -> Result<(), ServiceError>;
+
+    /// Handle a data/probe connection of `session`, labelled `tag` by the client.
+    async fn data(
+        &self,
+        session: Arc<Session>,
+        tag: u32,
+        conn: FramedConn,
+    ) -> Result<(), ServiceError> {
+        let _ = (session, tag, conn);
+        Err(ServiceError::BadRequest(format!("the {} check has no data connections", self.check())))
+    }
+
+    /// Handle a datagram of `session` from `from`. A returned reply is sent back to `from`
+    /// only if it is no larger than the datagram that caused it (no amplification).
+    async fn udp(
+        &self,
+        session: Arc<Session>,
+        kind: u16,
+        payload: &[u8],
+        from: SocketAddr,
+    ) -> Option<Vec<u8>> {
+        let _ = (session, kind, payload, from);
+        None
+    }
+}
+
+/// A configured server, ready to [`run`](Server::run).
+pub struct Server {
+    config: ServerConfig,
+    services: Vec<Arc<dyn Service>>,
+}
+
+impl Server {
+    pub fn new(config: ServerConfig) -> Self {
+        Server { config, services: Vec::new() }
+    }
+
+    pub fn with_service(mut self, service: Arc<dyn Service>) -> Self {
+        self.services.push(service);
+        self
+    }
+
+    /// Bind the TCP and UDP sockets. Separate from [`BoundServer::run`] so callers (and tests)
+    /// can learn the actual port when listening on port 0.
+    pub async fn bind(self) -> Result<BoundServer, ServerError> {
+        if self.services.is_empty() {
+            return Err(ServerError::NoService);
+        }
+        let listen = self.config.listen;
+        let tcp = conn::bind_tcp(listen).map_err(|source| ServerError::Bind { addr: listen, source })?;
+        let local = tcp.local_addr().map_err(|source| ServerError::Bind { addr: listen, source })?;
+        let udp = udp::bind_udp(local).map_err(|source| ServerError::Bind { addr: local, source })?;
+        let shared = Arc::new(Shared {
+            registry: SessionRegistry::new(self.config.limits.clone()),
+            conns: limits::ConnectionCounter::default(),
+            udp: Arc::new(udp),
+            services: self.services,
+            config: self.config,
+            shutdown: CancellationToken::new(),
+        });
+        Ok(BoundServer { tcp, local, shared })
+    }
+}
+
+/// State shared by every connection task.
+pub(crate) struct Shared {
+    pub(crate) config: ServerConfig,
+    pub(crate) registry: SessionRegistry,
+    pub(crate) conns: limits::ConnectionCounter,
+    pub(crate) udp: Arc<tokio::net::UdpSocket>,
+    pub(crate) services: Vec<Arc<dyn Service>>,
+    pub(crate) shutdown: CancellationToken,
+}
+
+impl Shared {
+    pub(crate) fn service(&self, check: CheckKind) -> Option<Arc<dyn Service>> {
+        self.services.iter().find(|s| s.check() == check).cloned()
+    }
+}
+
+/// A server with its sockets bound.
+pub struct BoundServer {
+    tcp: tokio::net::TcpListener,
+    local: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl BoundServer {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Serve until `shutdown` completes, then stop accepting, cancel the sessions and give
+    /// running connections `grace` to finish.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>, grace: Duration) {
+        let shared = self.shared;
+        tracing::info!(listen = %self.local, auth = shared.config.auth_token.is_some(), "pathdoc server listening");
+        let tracker = tokio_util::task::TaskTracker::new();
+        tracker.spawn(udp::serve(shared.clone()));
+        tracker.spawn(session::reap_loop(shared.clone()));
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = self.tcp.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        tracker.spawn(conn::handle(shared.clone(), stream, peer));
+                    }
+                    // Out of file descriptors and similar: back off instead of spinning.
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        }
+        tracing::info!("shutting down: no new connections, cancelling sessions");
+        shared.shutdown.cancel();
+        tracker.close();
+        if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+            tracing::warn!(?grace, "some connections did not finish within the grace period");
+        }
+    }
+}

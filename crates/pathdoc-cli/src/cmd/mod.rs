@@ -1,3 +1,5 @@
 //! One module per subcommand; each turns its arguments into library calls and returns an exit code.
 
 pub mod lab;
+pub mod server;
+pub mod check;

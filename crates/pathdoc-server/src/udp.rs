@@ -1,0 +1,60 @@
+//! The UDP side of the server port: datagrams of live sessions go to their check's service.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use pathdoc_proto::UdpHeader;
+
+use crate::Shared;
+
+pub(crate) fn bind_udp(addr: SocketAddr) -> std::io::Result<tokio::net::UdpSocket> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    // Services may open connected sockets on the same port (e.g. MTU probes that read their
+    // own error queue); the kernel delivers a peer's datagrams to the most specific socket.
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    tokio::net::UdpSocket::from_std(socket.into())
+}
+
+pub(crate) async fn serve(shared: Arc<Shared>) {
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let (len, from) = tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            r = shared.udp.recv_from(&mut buf) => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // ICMP errors from earlier sends surface here (ECONNREFUSED); not fatal.
+                    tracing::debug!(error = %e, "udp recv");
+                    continue;
+                }
+            },
+        };
+        let datagram = &buf[..len];
+        let Ok((header, payload)) = UdpHeader::decode(datagram) else {
+            tracing::debug!(%from, len, "ignoring non-pathdoc datagram");
+            continue;
+        };
+        let Ok(session) = shared.registry.get(header.session) else {
+            continue;
+        };
+        if !session.knows_addr(from.ip()) {
+            continue;
+        }
+        let Some(service) = shared.service(session.check) else { continue };
+        session.touch();
+        if let Some(reply) = service.udp(session.clone(), header.kind, payload, from).await {
+            if reply.len() + UdpHeader::LEN <= len {
+                let _ = session.send_udp(from, header.kind, &reply).await;
+            } else {
+                tracing::warn!(%from, "service reply larger than request dropped (anti-amplification)");
+            }
+        }
+    }
+}
+
