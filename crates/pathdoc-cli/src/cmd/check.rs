@@ -44,6 +44,21 @@ impl ServerTarget {
 pub struct CheckArgs {
     #[command(flatten)]
     pub target: ServerTarget,
+    /// Run the path-MTU check (both directions, black holes, MSS clamping).
+    #[arg(long)]
+    pub mtu: bool,
+    /// Run the throughput check (both directions and what limits each).
+    #[arg(long)]
+    pub throughput: bool,
+    /// Run the idle-timeout check (NAT/firewall state timeouts; long: up to 2 h 10 min).
+    #[arg(long)]
+    pub idle: bool,
+    #[command(flatten)]
+    pub mtu_opts: super::check_mtu::MtuArgs,
+    #[command(flatten)]
+    pub throughput_opts: super::check_speed::ThroughputArgs,
+    #[command(flatten)]
+    pub idle_opts: super::check_idle::IdleArgs,
 }
 
 /// What a check module gets to run with.
@@ -56,10 +71,37 @@ pub struct CheckContext<'a> {
 
 pub fn run(args: CheckArgs, global: Global) -> anyhow::Result<i32> {
     let server = args.target.resolve()?;
+    let all = !(args.mtu || args.throughput || args.idle);
     let progress = TerminalProgress::new(global);
     let ctx = CheckContext { server, auth_token: args.target.auth_token.clone(), progress: &progress, global };
-    let report = Report::new("check", server.to_string());
-    let _ = &ctx;
+    let mut report = Report::new("check", server.to_string());
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        // Short checks first; the idle check can take hours.
+        if all || args.mtu {
+            let r = super::check_mtu::run(&ctx, &args.mtu_opts, &mut report).await;
+            could_not_run(&mut report, "mtu", r);
+        }
+        if all || args.throughput {
+            let r = super::check_speed::run(&ctx, &args.throughput_opts, &mut report).await;
+            could_not_run(&mut report, "throughput", r);
+        }
+        if all || args.idle {
+            let r = super::check_idle::run(&ctx, &args.idle_opts, &mut report).await;
+            could_not_run(&mut report, "idle", r);
+        }
+    });
     progress.finish();
     Ok(output::print_report(&report, global))
+}
+
+/// A check that could not run is reported as inconclusive with the reason, so the other
+/// checks' verdicts still reach the user.
+fn could_not_run(report: &mut Report, check: &str, result: anyhow::Result<()>) {
+    if let Err(e) = result {
+        report.findings.push(
+            pathdoc_core::Finding::new(check, "check-failed", pathdoc_core::Status::Inconclusive, format!("the {check} check could not run"))
+                .summary(format!("{e:#}")),
+        );
+    }
 }

@@ -3,3 +3,6 @@
 pub mod lab;
 pub mod server;
 pub mod check;
+pub mod check_idle;
+pub mod check_mtu;
+pub mod check_speed;
