@@ -110,7 +110,11 @@ pub struct Evidence {
 
 impl Evidence {
     pub fn new(name: impl Into<String>, value: Quantity) -> Self {
-        Evidence { name: name.into(), value, detail: None }
+        Evidence {
+            name: name.into(),
+            value,
+            detail: None,
+        }
     }
 
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
@@ -130,7 +134,10 @@ pub struct Remedy {
 
 impl Remedy {
     pub fn new(description: impl Into<String>) -> Self {
-        Remedy { description: description.into(), command: None }
+        Remedy {
+            description: description.into(),
+            command: None,
+        }
     }
 
     pub fn with_command(mut self, command: impl Into<String>) -> Self {
@@ -228,7 +235,11 @@ impl Report {
 
     /// The worst status among the findings (`Pass` when there are none).
     pub fn overall(&self) -> Status {
-        self.findings.iter().map(|f| f.status).max().unwrap_or(Status::Pass)
+        self.findings
+            .iter()
+            .map(|f| f.status)
+            .max()
+            .unwrap_or(Status::Pass)
     }
 
     /// Process exit code for scripts: 0 healthy, 1 a fault was found, 3 inconclusive only.
@@ -250,7 +261,8 @@ mod tests {
     fn overall_is_worst_and_fail_beats_inconclusive() {
         let mut r = Report::new("check", "lab");
         assert_eq!(r.exit_code(), 0);
-        r.findings.push(Finding::new("mtu", "a", Status::Inconclusive, "x"));
+        r.findings
+            .push(Finding::new("mtu", "a", Status::Inconclusive, "x"));
         assert_eq!(r.exit_code(), 3);
         r.findings.push(Finding::new("mtu", "b", Status::Fail, "y"));
         assert_eq!(r.overall(), Status::Fail);

@@ -27,7 +27,10 @@ pub async fn read_preamble<R: AsyncRead + Unpin>(r: &mut R) -> Result<u16, Proto
     }
     let theirs = u16::from_be_bytes([buf[4], buf[5]]);
     if theirs != PROTOCOL_VERSION {
-        return Err(ProtoError::VersionMismatch { ours: PROTOCOL_VERSION, theirs });
+        return Err(ProtoError::VersionMismatch {
+            ours: PROTOCOL_VERSION,
+            theirs,
+        });
     }
     Ok(theirs)
 }
@@ -86,7 +89,11 @@ impl FramedConn {
     pub fn new(stream: TcpStream) -> Result<Self, ProtoError> {
         let peer = stream.peer_addr()?;
         let local = stream.local_addr()?;
-        Ok(FramedConn { stream, peer, local })
+        Ok(FramedConn {
+            stream,
+            peer,
+            local,
+        })
     }
 
     pub fn peer(&self) -> SocketAddr {
@@ -147,14 +154,20 @@ mod tests {
         write_frame(&mut a, &Msg { n: 7 }).await.unwrap();
         assert_eq!(read_frame::<_, Msg>(&mut b).await.unwrap(), Msg { n: 7 });
         a.write_all(&(u32::MAX).to_be_bytes()).await.unwrap();
-        assert!(matches!(read_frame::<_, Msg>(&mut b).await, Err(ProtoError::FrameTooLarge(_))));
+        assert!(matches!(
+            read_frame::<_, Msg>(&mut b).await,
+            Err(ProtoError::FrameTooLarge(_))
+        ));
     }
 
     #[tokio::test]
     async fn garbage_and_other_versions_are_named() {
         let (mut a, mut b) = tokio::io::duplex(64);
         a.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
-        assert!(matches!(read_preamble(&mut b).await, Err(ProtoError::NotPathdoc(_))));
+        assert!(matches!(
+            read_preamble(&mut b).await,
+            Err(ProtoError::NotPathdoc(_))
+        ));
         let (mut a, mut b) = tokio::io::duplex(64);
         a.write_all(b"PDoc\x00\x09").await.unwrap();
         assert!(matches!(
@@ -169,9 +182,15 @@ mod tests {
         a.write_all(&10u32.to_be_bytes()).await.unwrap();
         a.write_all(b"{\"n\"").await.unwrap();
         drop(a);
-        assert!(matches!(read_frame::<_, Msg>(&mut b).await, Err(ProtoError::Closed)));
+        assert!(matches!(
+            read_frame::<_, Msg>(&mut b).await,
+            Err(ProtoError::Closed)
+        ));
         let (mut a, mut b) = tokio::io::duplex(64);
         write_frame(&mut a, &"not a Msg").await.unwrap();
-        assert!(matches!(read_frame::<_, Msg>(&mut b).await, Err(ProtoError::Malformed(_))));
+        assert!(matches!(
+            read_frame::<_, Msg>(&mut b).await,
+            Err(ProtoError::Malformed(_))
+        ));
     }
 }

@@ -64,7 +64,10 @@ impl fmt::Display for SessionId {
 pub enum Channel {
     /// The control connection of a check session. `resume` reattaches to an existing session
     /// after an outage (the server keeps sessions and their results for a while).
-    Control { check: CheckKind, resume: Option<SessionId> },
+    Control {
+        check: CheckKind,
+        resume: Option<SessionId>,
+    },
     /// A data or probe connection of an existing session; `tag` is the check's own label
     /// (probe number, stream number).
     Data { session: SessionId, tag: u32 },
@@ -145,7 +148,10 @@ impl ProtoError {
     /// True when the connection itself broke (as opposed to the peer saying something wrong):
     /// the caller may reconnect.
     pub fn is_disconnect(&self) -> bool {
-        matches!(self, ProtoError::Io(_) | ProtoError::Closed | ProtoError::Timeout(..))
+        matches!(
+            self,
+            ProtoError::Io(_) | ProtoError::Closed | ProtoError::Timeout(..)
+        )
     }
 }
 
@@ -177,7 +183,11 @@ pub async fn handshake(
     deadline: std::time::Duration,
 ) -> Result<(FramedConn, Welcome), ProtoError> {
     let mut conn = FramedConn::new(stream)?;
-    let hello = Hello { token, client_version: software_version(), channel };
+    let hello = Hello {
+        token,
+        client_version: software_version(),
+        channel,
+    };
     tokio::time::timeout(deadline, async {
         write_preamble(conn.stream_mut()).await?;
         conn.send(&hello).await?;

@@ -26,16 +26,24 @@ impl UdpHeader {
     /// Parse a datagram into its header and payload.
     pub fn decode(datagram: &[u8]) -> Result<(UdpHeader, &[u8]), ProtoError> {
         if datagram.len() < Self::LEN || datagram[..4] != MAGIC {
-            return Err(ProtoError::NotPathdoc(datagram[..datagram.len().min(8)].to_vec()));
+            return Err(ProtoError::NotPathdoc(
+                datagram[..datagram.len().min(8)].to_vec(),
+            ));
         }
         let version = u16::from_be_bytes([datagram[4], datagram[5]]);
         if version != PROTOCOL_VERSION {
-            return Err(ProtoError::VersionMismatch { ours: PROTOCOL_VERSION, theirs: version });
+            return Err(ProtoError::VersionMismatch {
+                ours: PROTOCOL_VERSION,
+                theirs: version,
+            });
         }
         let kind = u16::from_be_bytes([datagram[6], datagram[7]]);
         let mut session = [0u8; 8];
         session.copy_from_slice(&datagram[8..16]);
-        let header = UdpHeader { session: SessionId(u64::from_be_bytes(session)), kind };
+        let header = UdpHeader {
+            session: SessionId(u64::from_be_bytes(session)),
+            kind,
+        };
         Ok((header, &datagram[Self::LEN..]))
     }
 }
@@ -46,7 +54,10 @@ mod tests {
 
     #[test]
     fn round_trip_and_rejects_short_or_foreign() {
-        let h = UdpHeader { session: SessionId(0xdead_beef), kind: 3 };
+        let h = UdpHeader {
+            session: SessionId(0xdead_beef),
+            kind: 3,
+        };
         let mut buf = Vec::new();
         h.encode(&mut buf);
         buf.extend_from_slice(b"payload");

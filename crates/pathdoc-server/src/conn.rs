@@ -33,7 +33,9 @@ pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketA
         Ok(permit) => permit,
         Err(e) => {
             let message = match e {
-                AdmitError::PerIp(n) => format!("too many connections from {} (limit {n})", peer.ip()),
+                AdmitError::PerIp(n) => {
+                    format!("too many connections from {} (limit {n})", peer.ip())
+                }
                 AdmitError::Total(n) => format!("server is full ({n} connections)"),
             };
             tracing::info!(%peer, %message, "connection refused");
@@ -79,10 +81,22 @@ pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketA
 
     if let Some(expected) = &shared.config.auth_token {
         match &hello.token {
-            None => return refuse(&mut conn, RefusalCode::AuthRequired, "this server requires --auth-token".into()).await,
+            None => {
+                return refuse(
+                    &mut conn,
+                    RefusalCode::AuthRequired,
+                    "this server requires --auth-token".into(),
+                )
+                .await
+            }
             Some(t) if !constant_time_eq(t.as_bytes(), expected.as_bytes()) => {
                 tracing::info!(%peer, "authentication failed");
-                return refuse(&mut conn, RefusalCode::AuthFailed, "wrong auth token".into()).await;
+                return refuse(
+                    &mut conn,
+                    RefusalCode::AuthFailed,
+                    "wrong auth token".into(),
+                )
+                .await;
             }
             Some(_) => {}
         }
@@ -91,17 +105,39 @@ pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketA
     match hello.channel {
         Channel::Control { check, resume } => {
             let Some(service) = shared.service(check) else {
-                return refuse(&mut conn, RefusalCode::UnsupportedCheck, format!("this server does not run the {check} check")).await;
+                return refuse(
+                    &mut conn,
+                    RefusalCode::UnsupportedCheck,
+                    format!("this server does not run the {check} check"),
+                )
+                .await;
             };
             let (session, resumed) = match resume {
                 Some(id) => match shared.registry.get(id) {
                     Ok(s) if s.check == check => (s, true),
-                    _ => return refuse(&mut conn, RefusalCode::UnknownSession, format!("session {id} is unknown or expired")).await,
+                    _ => {
+                        return refuse(
+                            &mut conn,
+                            RefusalCode::UnknownSession,
+                            format!("session {id} is unknown or expired"),
+                        )
+                        .await
+                    }
                 },
-                None => match shared.registry.create(check, peer.ip(), shared.udp.clone(), &shared.shutdown) {
+                None => match shared.registry.create(
+                    check,
+                    peer.ip(),
+                    shared.udp.clone(),
+                    &shared.shutdown,
+                ) {
                     Ok(s) => (s, false),
                     Err(SessionError::TooMany(n)) => {
-                        return refuse(&mut conn, RefusalCode::LimitExceeded, format!("too many sessions from {} (limit {n})", peer.ip())).await
+                        return refuse(
+                            &mut conn,
+                            RefusalCode::LimitExceeded,
+                            format!("too many sessions from {} (limit {n})", peer.ip()),
+                        )
+                        .await
                     }
                     Err(SessionError::Unknown(_)) => return,
                 },
@@ -126,9 +162,18 @@ pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketA
         Channel::Data { session: id, tag } => {
             let session = match shared.registry.get(id) {
                 Ok(s) => s,
-                Err(_) => return refuse(&mut conn, RefusalCode::UnknownSession, format!("session {id} is unknown or expired")).await,
+                Err(_) => {
+                    return refuse(
+                        &mut conn,
+                        RefusalCode::UnknownSession,
+                        format!("session {id} is unknown or expired"),
+                    )
+                    .await
+                }
             };
-            let Some(service) = shared.service(session.check) else { return };
+            let Some(service) = shared.service(session.check) else {
+                return;
+            };
             session.note_addr(peer.ip());
             session.touch();
             if welcome(&mut conn, session.id, peer).await.is_err() {
@@ -153,7 +198,11 @@ async fn read_hello(conn: &mut FramedConn) -> Result<Hello, ProtoError> {
     conn.recv::<Hello>().await
 }
 
-async fn welcome(conn: &mut FramedConn, session: pathdoc_proto::SessionId, peer: SocketAddr) -> Result<(), ProtoError> {
+async fn welcome(
+    conn: &mut FramedConn,
+    session: pathdoc_proto::SessionId,
+    peer: SocketAddr,
+) -> Result<(), ProtoError> {
     write_preamble(conn.stream_mut()).await?;
     let reply = HelloReply::Welcome(Welcome {
         server_version: pathdoc_proto::software_version(),

@@ -65,7 +65,10 @@ pub enum ServiceError {
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("no service registered")]
     NoService,
 }
@@ -94,7 +97,10 @@ pub trait Service: Send + Sync + 'static {
         conn: FramedConn,
     ) -> Result<(), ServiceError> {
         let _ = (session, tag, conn);
-        Err(ServiceError::BadRequest(format!("the {} check has no data connections", self.check())))
+        Err(ServiceError::BadRequest(format!(
+            "the {} check has no data connections",
+            self.check()
+        )))
     }
 
     /// Handle a datagram of `session` from `from`. A returned reply is sent back to `from`
@@ -119,7 +125,10 @@ pub struct Server {
 
 impl Server {
     pub fn new(config: ServerConfig) -> Self {
-        Server { config, services: Vec::new() }
+        Server {
+            config,
+            services: Vec::new(),
+        }
     }
 
     pub fn with_service(mut self, service: Arc<dyn Service>) -> Self {
@@ -134,9 +143,18 @@ impl Server {
             return Err(ServerError::NoService);
         }
         let listen = self.config.listen;
-        let tcp = conn::bind_tcp(listen).map_err(|source| ServerError::Bind { addr: listen, source })?;
-        let local = tcp.local_addr().map_err(|source| ServerError::Bind { addr: listen, source })?;
-        let udp = udp::bind_udp(local).map_err(|source| ServerError::Bind { addr: local, source })?;
+        let tcp = conn::bind_tcp(listen).map_err(|source| ServerError::Bind {
+            addr: listen,
+            source,
+        })?;
+        let local = tcp.local_addr().map_err(|source| ServerError::Bind {
+            addr: listen,
+            source,
+        })?;
+        let udp = udp::bind_udp(local).map_err(|source| ServerError::Bind {
+            addr: local,
+            source,
+        })?;
         let shared = Arc::new(Shared {
             registry: SessionRegistry::new(self.config.limits.clone()),
             conns: limits::ConnectionCounter::default(),
@@ -205,7 +223,10 @@ impl BoundServer {
         shared.shutdown.cancel();
         tracker.close();
         if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
-            tracing::warn!(?grace, "some connections did not finish within the grace period");
+            tracing::warn!(
+                ?grace,
+                "some connections did not finish within the grace period"
+            );
         }
     }
 }

@@ -75,7 +75,10 @@ impl ConnectionCounter {
         }
         *count += 1;
         state.total += 1;
-        Ok(ConnectionPermit { counter: self.inner.clone(), ip })
+        Ok(ConnectionPermit {
+            counter: self.inner.clone(),
+            ip,
+        })
     }
 
     pub fn total(&self) -> u32 {
@@ -115,7 +118,11 @@ mod tests {
 
     #[test]
     fn per_ip_and_total_limits_hold_and_release() {
-        let limits = Limits { connections_per_ip: 2, connections_total: 3, ..Limits::default() };
+        let limits = Limits {
+            connections_per_ip: 2,
+            connections_total: 3,
+            ..Limits::default()
+        };
         let c = ConnectionCounter::default();
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         let b: IpAddr = "192.0.2.2".parse().unwrap();

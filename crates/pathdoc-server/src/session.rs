@@ -52,7 +52,9 @@ impl Session {
     /// The check's own per-session state, created on first use. A service uses one type per
     /// session; asking for another type is a programming error and returns a fresh value.
     pub fn state<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
-        let any = self.state.get_or_init(|| Arc::new(T::default()) as Arc<dyn Any + Send + Sync>);
+        let any = self
+            .state
+            .get_or_init(|| Arc::new(T::default()) as Arc<dyn Any + Send + Sync>);
         any.clone().downcast::<T>().unwrap_or_else(|_| {
             tracing::error!(session = %self.id, "session state requested with two different types");
             Arc::new(T::default())
@@ -84,7 +86,12 @@ impl Session {
     /// Send a pathdoc datagram from the server's UDP port to the session's client. Refused for
     /// addresses that never completed a TCP handshake for this session and past the session's
     /// UDP byte budget, so a session cannot aim the server at a third party.
-    pub async fn send_udp(&self, to: SocketAddr, kind: u16, payload: &[u8]) -> std::io::Result<usize> {
+    pub async fn send_udp(
+        &self,
+        to: SocketAddr,
+        kind: u16,
+        payload: &[u8],
+    ) -> std::io::Result<usize> {
         if !self.knows_addr(to.ip()) {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::PermissionDenied,
@@ -92,9 +99,15 @@ impl Session {
             ));
         }
         let mut datagram = Vec::with_capacity(UdpHeader::LEN + payload.len());
-        UdpHeader { session: self.id, kind }.encode(&mut datagram);
+        UdpHeader {
+            session: self.id,
+            kind,
+        }
+        .encode(&mut datagram);
         datagram.extend_from_slice(payload);
-        let sent = self.udp_bytes_sent.fetch_add(datagram.len() as u64, Ordering::Relaxed);
+        let sent = self
+            .udp_bytes_sent
+            .fetch_add(datagram.len() as u64, Ordering::Relaxed);
         if sent + datagram.len() as u64 > self.limits.udp_bytes_per_session {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::QuotaExceeded,
@@ -125,7 +138,10 @@ pub enum SessionError {
 
 impl SessionRegistry {
     pub fn new(limits: Limits) -> Self {
-        SessionRegistry { limits, sessions: Mutex::new(HashMap::new()) }
+        SessionRegistry {
+            limits,
+            sessions: Mutex::new(HashMap::new()),
+        }
     }
 
     pub(crate) fn create(
@@ -136,7 +152,10 @@ impl SessionRegistry {
         parent: &CancellationToken,
     ) -> Result<Arc<Session>, SessionError> {
         let mut sessions = lock(&self.sessions);
-        let from_ip = sessions.values().filter(|s| s.client_ip == client_ip).count() as u32;
+        let from_ip = sessions
+            .values()
+            .filter(|s| s.client_ip == client_ip)
+            .count() as u32;
         if from_ip >= self.limits.sessions_per_ip {
             return Err(SessionError::TooMany(self.limits.sessions_per_ip));
         }
@@ -166,7 +185,10 @@ impl SessionRegistry {
     }
 
     pub fn get(&self, id: SessionId) -> Result<Arc<Session>, SessionError> {
-        lock(&self.sessions).get(&id).cloned().ok_or(SessionError::Unknown(id))
+        lock(&self.sessions)
+            .get(&id)
+            .cloned()
+            .ok_or(SessionError::Unknown(id))
     }
 
     pub fn len(&self) -> usize {
@@ -185,7 +207,8 @@ impl SessionRegistry {
         sessions.retain(|_, s| {
             // The registry's own Arc is the only one left when no connection holds the session.
             let unused = Arc::strong_count(s) == 1;
-            let keep = now < s.deadline && !(unused && s.idle_for(now) > self.limits.session_linger);
+            let keep =
+                now < s.deadline && !(unused && s.idle_for(now) > self.limits.session_linger);
             if !keep {
                 s.cancel.cancel();
             }

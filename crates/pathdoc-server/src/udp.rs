@@ -46,9 +46,14 @@ pub(crate) async fn serve(shared: Arc<Shared>) {
         if !session.knows_addr(from.ip()) {
             continue;
         }
-        let Some(service) = shared.service(session.check) else { continue };
+        let Some(service) = shared.service(session.check) else {
+            continue;
+        };
         session.touch();
-        if let Some(reply) = service.udp(session.clone(), header.kind, payload, from).await {
+        if let Some(reply) = service
+            .udp(session.clone(), header.kind, payload, from)
+            .await
+        {
             if reply.len() + UdpHeader::LEN <= len {
                 let _ = session.send_udp(from, header.kind, &reply).await;
             } else {
@@ -57,4 +62,3 @@ pub(crate) async fn serve(shared: Arc<Shared>) {
         }
     }
 }
-
