@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the system packages pathdoc's lab, tests and benchmarks use (Debian/Ubuntu, as root).
+# Safe to run repeatedly: it only calls apt-get when something is missing.
+set -euo pipefail
+
+packages=(
+  iproute2        # ip, tc (namespaces, veth, tbf)
+  nftables        # nft: NAT, filters, loss
+  conntrack       # inspecting NAT state in the lab
+  iperf3          # the throughput anchor
+  iputils-ping    # lab RTT and loss checks
+  iputils-tracepath
+  tcpdump
+  ethtool         # offload settings on lab links
+  procps          # sysctl
+  kmod            # modprobe for nf_conntrack, tun, sch_tbf
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "pathdoc needs these packages: ${missing[*]} (run as root: apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# Kernel modules the lab uses; built-in kernels have them already, so failures are not fatal.
+for m in nf_conntrack nf_nat nf_tables sch_tbf tun veth tcp_bbr; do modprobe -q "$m" 2>/dev/null || true; done
