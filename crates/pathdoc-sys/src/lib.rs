@@ -1,2 +1,3 @@
 //! Linux kernel access for pathdoc: TCP_INFO, socket options, network namespaces, sysctls.
 pub mod netns;
+pub mod tcp_info;
