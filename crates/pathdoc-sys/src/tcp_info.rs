@@ -10,7 +10,7 @@
 //! rates in bytes per second, windows in bytes, `snd_cwnd` in segments.
 
 use std::io;
-use std::mem::{offset_of, size_of};
+use std::mem::offset_of;
 use std::os::fd::AsRawFd;
 
 use serde::Serialize;
@@ -111,7 +111,7 @@ pub const KERNEL_STRUCT_LEN: usize = offset_of!(TcpInfo, kernel_len);
 /// when the kernel wrote past its end.
 pub mod field {
     use super::TcpInfo;
-    use std::mem::{offset_of, size_of};
+    use std::mem::offset_of;
 
     pub const TOTAL_RETRANS: usize = offset_of!(TcpInfo, total_retrans) + size_of::<u32>();
     pub const PACING_RATE: usize = offset_of!(TcpInfo, pacing_rate) + size_of::<u64>();
