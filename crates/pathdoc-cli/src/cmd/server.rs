@@ -93,12 +93,18 @@ async fn shutdown_signal() {
     }
 }
 
-/// A server holds one descriptor per probe connection; lift the soft limit to the hard one.
+/// A server holds one descriptor per probe connection: lift the soft limit to the hard one,
+/// and as root (which may raise the hard limit) to 1 Mi descriptors.
 fn raise_fd_limit() {
+    const WANTED: libc::rlim_t = 1 << 20;
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit/setrlimit only read/write the struct we pass.
     unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return;
+        }
+        let raised = libc::rlimit { rlim_cur: WANTED.max(lim.rlim_max), rlim_max: WANTED.max(lim.rlim_max) };
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 && lim.rlim_cur < lim.rlim_max {
             lim.rlim_cur = lim.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
