@@ -1,6 +1,7 @@
 //! One module per subcommand; each turns its arguments into library calls and returns an exit code.
 
 pub mod lab;
+pub mod lab_delay_line;
 pub mod server;
 pub mod check;
 pub mod check_idle;
