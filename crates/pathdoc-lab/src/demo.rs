@@ -1,0 +1,162 @@
+//! `pathdoc lab demo`: one step per built-in scenario that brings the lab up and shows, with real
+//! traffic, the fault it reproduces. Steps are plain data ([`DemoStep`]) so later checks can run
+//! their own diagnosis on the same lab (see `extra` hooks in the CLI).
+
+use std::time::Duration;
+
+use pathdoc_core::units::{format_bytes, format_rate};
+
+use crate::error::LabError;
+use crate::lab::Lab;
+use crate::topology::Topology;
+use crate::traffic::{self, TcpPair};
+
+/// Where a step writes its observations (one line each).
+pub type Say<'a> = &'a mut dyn FnMut(String);
+
+/// One scenario of the demo.
+#[derive(Clone, Copy)]
+pub struct DemoStep {
+    pub scenario: &'static str,
+    /// What the step shows.
+    pub title: &'static str,
+    /// Scale the scenario for a short demo (same code path, shorter timeouts).
+    pub adjust: fn(&mut Topology),
+    /// Run traffic and report what happened.
+    pub show: fn(&Lab, Say) -> Result<(), LabError>,
+}
+
+impl std::fmt::Debug for DemoStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DemoStep").field("scenario", &self.scenario).field("title", &self.title).finish()
+    }
+}
+
+/// Idle time the demo uses for NAT timeouts: established timeout in seconds after scaling.
+pub const DEMO_NAT_TIMEOUT_S: u32 = 3;
+
+fn no_adjust(_: &mut Topology) {}
+
+/// The built-in steps, one per scenario, in order.
+pub fn builtin_steps() -> Vec<DemoStep> {
+    vec![
+        DemoStep { scenario: "clean", title: "no faults: small RTT, full speed", adjust: no_adjust, show: show_clean },
+        DemoStep {
+            scenario: "modem-idle",
+            title: "strict NAT forgets an idle connection; nothing revives it",
+            adjust: |t| t.hops[0].conntrack.tcp_established = Some(DEMO_NAT_TIMEOUT_S),
+            show: show_modem_idle,
+        },
+        DemoStep {
+            scenario: "cgnat-chain",
+            title: "carrier NAT times out first; a client packet rebuilds state",
+            adjust: |t| t.hops[1].conntrack.tcp_established = Some(DEMO_NAT_TIMEOUT_S),
+            show: show_cgnat,
+        },
+        DemoStep { scenario: "pmtu-blackhole", title: "small downloads pass, 1 MiB stalls", adjust: no_adjust, show: show_pmtu },
+        DemoStep { scenario: "lossy-long-fat", title: "0.3 % loss at 40 ms RTT caps CUBIC", adjust: no_adjust, show: show_lossy },
+        DemoStep { scenario: "window-limited", title: "256 KiB receive buffer caps a 100 ms path", adjust: no_adjust, show: show_window },
+        DemoStep { scenario: "slow-lossy-duplex", title: "uploads crawl, downloads are fine", adjust: no_adjust, show: show_duplex },
+    ]
+}
+
+fn rtt(lab: &Lab, say: Say) -> Result<(), LabError> {
+    let p = traffic::ping(lab, "client", lab.addr("server"), 10, 0.05, None)?;
+    say(format!(
+        "ping client → server: {}/{} replies, RTT min/avg/max {:.1}/{:.1}/{:.1} ms",
+        p.received, p.transmitted, p.rtt_min_ms, p.rtt_avg_ms, p.rtt_max_ms
+    ));
+    Ok(())
+}
+
+fn rate(lab: &Lab, say: Say, label: &str, reverse: bool) -> Result<f64, LabError> {
+    let r = traffic::iperf3(lab, "client", "server", 3, reverse, &[])?;
+    say(format!("iperf3 {label}: {} goodput, {} retransmissions", format_rate(r.bits_per_second), r.retransmits));
+    Ok(r.bits_per_second)
+}
+
+fn show_clean(lab: &Lab, say: Say) -> Result<(), LabError> {
+    rtt(lab, say)?;
+    rate(lab, say, "download (server → client)", true)?;
+    Ok(())
+}
+
+fn idle_then_probe(lab: &Lab, say: Say, idle: Duration) -> Result<TcpPair, LabError> {
+    let mut pair = TcpPair::open(lab)?;
+    let ok = pair.server_to_client(b"hello", Duration::from_secs(2))?;
+    say(format!("fresh connection: server → client {}", if ok { "arrives" } else { "LOST" }));
+    say(format!("idle for {} s (NAT established timeout {} s)...", idle.as_secs(), DEMO_NAT_TIMEOUT_S));
+    std::thread::sleep(idle);
+    let ok = pair.server_to_client(b"ping after idle", Duration::from_secs(2))?;
+    say(format!("after idle: server → client {}", if ok { "arrives" } else { "never arrives (NAT state is gone, dropped silently)" }));
+    Ok(pair)
+}
+
+fn show_modem_idle(lab: &Lab, say: Say) -> Result<(), LabError> {
+    let mut pair = idle_then_probe(lab, say, Duration::from_secs(DEMO_NAT_TIMEOUT_S as u64 + 2))?;
+    let ok = pair.client_to_server(b"are you there?", Duration::from_secs(2))?;
+    say(format!(
+        "client speaks: client → server {}",
+        if ok { "arrives" } else { "dropped too: the strict NAT does not rebuild state mid-stream, the session is dead" }
+    ));
+    Ok(())
+}
+
+fn show_cgnat(lab: &Lab, say: Say) -> Result<(), LabError> {
+    let mut pair = idle_then_probe(lab, say, Duration::from_secs(DEMO_NAT_TIMEOUT_S as u64 + 2))?;
+    let ok = pair.client_to_server(b"are you there?", Duration::from_secs(3))?;
+    say(format!("client speaks: client → server {}", if ok { "arrives (the loose carrier NAT rebuilt state)" } else { "LOST" }));
+    let ok = pair.server_to_client(b"yes", Duration::from_secs(3))?;
+    say(format!("then server → client {}", if ok { "arrives again: client keepalives would have saved it" } else { "LOST" }));
+    Ok(())
+}
+
+fn show_pmtu(lab: &Lab, say: Say) -> Result<(), LabError> {
+    for bytes in [10 * 1024, 1024 * 1024] {
+        let t = traffic::download(lab, bytes, Duration::from_secs(4))?;
+        say(format!(
+            "download {}: {} after {} ms{}",
+            format_bytes(bytes),
+            if t.completed { "complete" } else { "STALLED" },
+            t.elapsed_ms,
+            if t.completed { String::new() } else { format!(", only {} received", format_bytes(t.received)) }
+        ));
+    }
+    Ok(())
+}
+
+fn show_lossy(lab: &Lab, say: Say) -> Result<(), LabError> {
+    rtt(lab, say)?;
+    rate(lab, say, "download on a 1 Gbit/s link", true)?;
+    Ok(())
+}
+
+fn show_window(lab: &Lab, say: Say) -> Result<(), LabError> {
+    rtt(lab, say)?;
+    let bps = rate(lab, say, "download on a 1 Gbit/s link", true)?;
+    say(format!("256 KiB / 100 ms = {} is the ceiling; measured {}", format_rate(262144.0 * 8.0 / 0.1), format_rate(bps)));
+    Ok(())
+}
+
+fn show_duplex(lab: &Lab, say: Say) -> Result<(), LabError> {
+    rate(lab, say, "download (server → client)", true)?;
+    rate(lab, say, "upload (client → server, bursty loss)", false)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_step_per_scenario_and_adjustments_apply() {
+        let steps = builtin_steps();
+        let names: Vec<&str> = steps.iter().map(|s| s.scenario).collect();
+        assert_eq!(names, crate::scenarios::names());
+        for s in steps {
+            let mut t = Topology::scenario(s.scenario).unwrap();
+            (s.adjust)(&mut t);
+            t.validate().unwrap();
+        }
+    }
+}

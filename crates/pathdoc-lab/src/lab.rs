@@ -1,0 +1,541 @@
+//! A running lab: builds the namespaces, links, addresses, routes, nftables rules, qdiscs,
+//! sysctls and delay lines of a [`Topology`], and removes all of it on [`Lab::down`] or drop.
+
+use std::ffi::OsStr;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rand::Rng;
+
+use crate::error::LabError;
+use crate::exec;
+use crate::nft;
+use crate::plan::{self, HostPlan, Plan, ELEMENT_IFACE_A, ELEMENT_IFACE_B};
+use crate::preflight;
+use crate::state::{self, HostState, LabState, ProcessState, Teardown, SCHEMA};
+use crate::topology::{DirectionSettings, HopKind, Topology};
+
+/// Default namespace prefix; override with `PATHDOC_LAB_PREFIX` or [`LabOptions::prefix`].
+pub const DEFAULT_PREFIX: &str = "pd-";
+
+/// How to name and run a lab.
+#[derive(Debug, Clone)]
+pub struct LabOptions {
+    /// Lab name (default: a random 4-character id).
+    pub name: Option<String>,
+    /// Namespace prefix; tests use a unique one each (e.g. `pdt-loss-`).
+    pub prefix: String,
+    /// The `pathdoc` binary that runs delay lines (default: the current executable).
+    pub helper_exe: Option<PathBuf>,
+}
+
+impl Default for LabOptions {
+    fn default() -> Self {
+        LabOptions { name: None, prefix: default_prefix(), helper_exe: None }
+    }
+}
+
+impl LabOptions {
+    /// Options with a given prefix and defaults otherwise.
+    pub fn with_prefix(prefix: &str) -> Self {
+        LabOptions { prefix: prefix.to_string(), ..Default::default() }
+    }
+}
+
+/// `PATHDOC_LAB_PREFIX` or `pd-`.
+pub fn default_prefix() -> String {
+    std::env::var("PATHDOC_LAB_PREFIX").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| DEFAULT_PREFIX.to_string())
+}
+
+fn validate_ident(value: &str, what: &str, max: usize) -> Result<(), LabError> {
+    let ok = !value.is_empty()
+        && value.len() <= max
+        && value.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && value.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(LabError::InvalidName {
+            value: value.into(),
+            why: format!("{what} must be 1..{max} characters of a-z, 0-9 and '-', starting with a letter or digit"),
+        })
+    }
+}
+
+fn random_name() -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::thread_rng();
+    (0..4).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect()
+}
+
+/// A process started inside a lab host. Killed (and reaped) when dropped.
+#[derive(Debug)]
+pub struct LabProcess {
+    child: Child,
+    command: String,
+}
+
+impl LabProcess {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+    /// The command line it runs.
+    pub fn command_line(&self) -> &str {
+        &self.command
+    }
+    /// Access to the child, e.g. to take its stdout.
+    pub fn child_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
+    /// Wait for exit up to `timeout`; `Ok(None)` if it is still running.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Result<Option<ExitStatus>, LabError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => return Ok(Some(s)),
+                Ok(None) if Instant::now() >= deadline => return Ok(None),
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(e) => return Err(LabError::io(format!("waiting for `{}`", self.command), e)),
+            }
+        }
+    }
+    /// SIGTERM, then SIGKILL after a grace period; reaps the child.
+    pub fn kill(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            if !matches!(self.wait_timeout(Duration::from_millis(500)), Ok(Some(_))) {
+                let _ = self.child.kill();
+            }
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for LabProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A lab that exists in the kernel. Dropping it tears everything down (unless [`Lab::persist`]ed).
+#[derive(Debug)]
+pub struct Lab {
+    state: Mutex<LabState>,
+    plan: Plan,
+    topology: Topology,
+    state_path: PathBuf,
+    delay_lines: Vec<Child>,
+    active: bool,
+    spawned: Arc<Mutex<Vec<u32>>>,
+}
+
+impl Lab {
+    /// Build the lab. On any error, whatever was built is removed before returning.
+    pub fn up(topology: &Topology, opts: &LabOptions) -> Result<Lab, LabError> {
+        topology.validate()?;
+        preflight::check_for_up(topology.needs_tc(), false)?;
+        preflight::require_tools(&["ping"])?;
+        validate_ident(&opts.prefix, "prefix", 16)?;
+        let name = opts.name.clone().unwrap_or_else(random_name);
+        validate_ident(&name, "lab name", 16)?;
+        let lab_id = format!("{}{}", opts.prefix, name);
+        let plan = plan::plan(topology, &lab_id);
+
+        let dir = state::state_dir();
+        std::fs::create_dir_all(&dir).map_err(|e| LabError::io(format!("creating {}", dir.display()), e))?;
+        let state_path = state::state_path(&opts.prefix, &name);
+        if plan.namespaces().iter().any(|n| pathdoc_sys::netns::exists(n)) {
+            return Err(LabError::NameTaken(name));
+        }
+        // Claim the name atomically.
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&state_path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(LabError::NameTaken(name)),
+            Err(e) => return Err(LabError::io(format!("creating {}", state_path.display()), e)),
+        }
+        let state = LabState {
+            schema: SCHEMA.to_string(),
+            name: name.clone(),
+            prefix: opts.prefix.clone(),
+            scenario: topology.name.clone(),
+            description: topology.description.clone(),
+            created_unix: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            hosts: plan
+                .hosts
+                .iter()
+                .map(|h| HostState {
+                    name: h.name.clone(),
+                    netns: h.netns.clone(),
+                    addr: h.primary_addr(),
+                    ifaces: h
+                        .ifaces
+                        .iter()
+                        .map(|i| {
+                            let route = i.route_mtu.map(|m| format!(", route mtu {m}")).unwrap_or_default();
+                            format!("{} {}/{} mtu {}{route} (to {})", i.name, i.addr, i.prefix_len, i.mtu, i.peer)
+                        })
+                        .collect(),
+                })
+                .collect(),
+            namespaces: Vec::new(),
+            processes: Vec::new(),
+            faults: topology.describe_faults(),
+            topology: topology.clone(),
+        };
+        let mut lab = Lab {
+            state: Mutex::new(state),
+            plan,
+            topology: topology.clone(),
+            state_path,
+            delay_lines: Vec::new(),
+            active: true,
+            spawned: Arc::new(Mutex::new(Vec::new())),
+        };
+        lab.save()?;
+        let helper = match &opts.helper_exe {
+            Some(p) => p.clone(),
+            None => std::env::current_exe().map_err(|e| LabError::io("locating the pathdoc binary for delay lines", e))?,
+        };
+        // On error `lab` is dropped here, which tears down what exists.
+        lab.build(&helper)?;
+        Ok(lab)
+    }
+
+    fn save(&self) -> Result<(), LabError> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state::save(&self.state_path, &state)
+    }
+
+    fn build(&mut self, helper: &std::path::Path) -> Result<(), LabError> {
+        let t0 = Instant::now();
+        // 1. Namespaces, recorded one by one so a failure still cleans up.
+        for ns in self.plan.namespaces() {
+            exec::ip(None, &["netns", "add", &ns])?;
+            self.state.lock().unwrap_or_else(|e| e.into_inner()).namespaces.push(ns.clone());
+            self.save()?;
+            for (k, v) in [
+                ("net.ipv4.conf.all.rp_filter", "0"),
+                ("net.ipv4.conf.default.rp_filter", "0"),
+                ("net.ipv6.conf.all.disable_ipv6", "1"),
+                ("net.ipv6.conf.default.disable_ipv6", "1"),
+            ] {
+                pathdoc_sys::netns::write_sysctl(&ns, k, v)?;
+            }
+            exec::ip(Some(&ns), &["link", "set", "lo", "up"])?;
+        }
+        for h in &self.plan.hosts {
+            if h.name != "client" && h.name != "server" {
+                pathdoc_sys::netns::write_sysctl(&h.netns, "net.ipv4.ip_forward", "1")?;
+            }
+        }
+        // 2. Links: a veth pair, or two pairs through a delay-line element.
+        for link in &self.plan.links {
+            let left = &self.plan.hosts[link.index].netns;
+            let right = &self.plan.hosts[link.index + 1].netns;
+            let mtu = link.up.mtu.max(link.down.mtu).to_string();
+            match &link.element_netns {
+                None => {
+                    exec::ip(Some(left), &["link", "add", "name", "wan0", "type", "veth", "peer", "name", "lan0", "netns", right])?;
+                }
+                Some(elem) => {
+                    exec::ip(Some(left), &["link", "add", "name", "wan0", "type", "veth", "peer", "name", ELEMENT_IFACE_A, "netns", elem])?;
+                    exec::ip(Some(elem), &["link", "add", "name", ELEMENT_IFACE_B, "type", "veth", "peer", "name", "lan0", "netns", right])?;
+                    for ifc in [ELEMENT_IFACE_A, ELEMENT_IFACE_B] {
+                        exec::ip(Some(elem), &["link", "set", "dev", ifc, "mtu", &mtu, "up"])?;
+                    }
+                }
+            }
+        }
+        // 3. Addresses, MTU, offloads, link up.
+        for h in &self.plan.hosts {
+            let mut batch = String::new();
+            for i in &h.ifaces {
+                batch.push_str(&format!("link set dev {} mtu {}\n", i.name, i.mtu));
+                batch.push_str(&format!("addr add {}/{} dev {}\n", i.addr, i.prefix_len, i.name));
+                batch.push_str(&format!("link set dev {} up\n", i.name));
+            }
+            exec::run(Command::new("ip").args(["-n", &h.netns, "-batch", "-"]), Some(&batch), exec::QUICK)?;
+            for i in &h.ifaces {
+                // Per-packet loss and tbf need real MTU-sized packets, not 64 KiB GSO super-frames.
+                exec::in_netns(&h.netns, "ethtool", &["-K", &i.name, "tso", "off", "gso", "off", "gro", "off"], None)?;
+            }
+        }
+        // 4. Routes (after every link is up, so gateways resolve).
+        for h in &self.plan.hosts {
+            let mut batch = String::new();
+            for i in &h.ifaces {
+                if let Some(m) = i.route_mtu {
+                    let net = &self.plan.links[i.link].subnet;
+                    batch.push_str(&format!("route replace {net} dev {} proto kernel scope link src {} mtu {m}\n", i.name, i.addr));
+                }
+            }
+            for r in &h.routes {
+                let mtu = r.mtu.map(|m| format!(" mtu {m}")).unwrap_or_default();
+                batch.push_str(&format!("route replace {} via {} dev {}{mtu}\n", r.dest, r.via, r.dev));
+            }
+            if !batch.is_empty() {
+                exec::run(Command::new("ip").args(["-n", &h.netns, "-batch", "-"]), Some(&batch), exec::QUICK)?;
+            }
+        }
+        // 5. nftables.
+        for h in &self.plan.hosts {
+            if let Some(rules) = nft::ruleset(&self.topology, &self.plan, h) {
+                exec::in_netns(&h.netns, "nft", &["-f", "-"], Some(&rules))?;
+            }
+        }
+        // 6. Rate limits (tbf on the sending interface).
+        for h in &self.plan.hosts {
+            for i in &h.ifaces {
+                let link = &self.plan.links[i.link];
+                let dir = if i.name == "wan0" { &link.up } else { &link.down };
+                if let Some(rate) = dir.rate {
+                    let bps = rate.bits_per_second;
+                    // Bucket: ~4 ms of traffic (one 250 Hz tick), at least a few frames; queue: 50 ms.
+                    let burst = (bps / 8 / 250).max(4 * i.mtu as u64);
+                    let limit = (bps / 8 / 20).max(2 * burst);
+                    exec::run(
+                        Command::new("tc").args(["-n", &h.netns, "qdisc", "replace", "dev", &i.name, "root", "tbf"]).args([
+                            "rate",
+                            &format!("{bps}bit"),
+                            "burst",
+                            &burst.to_string(),
+                            "limit",
+                            &limit.to_string(),
+                        ]),
+                        None,
+                        exec::QUICK,
+                    )?;
+                }
+            }
+        }
+        // 7. Sysctls: conntrack behaviour of NAT hops, then the user's.
+        for h in &self.plan.hosts {
+            if h.position >= 1 && h.position <= self.topology.hops.len() {
+                let hop = &self.topology.hops[h.position - 1];
+                if hop.kind == HopKind::Nat {
+                    if hop.strict {
+                        pathdoc_sys::netns::write_sysctl(&h.netns, "net.netfilter.nf_conntrack_tcp_loose", "0")?;
+                    }
+                    for (k, v) in hop.conntrack.sysctls() {
+                        pathdoc_sys::netns::write_sysctl(&h.netns, &k, &v.to_string())?;
+                    }
+                }
+            }
+            if let Some(spec) = self.topology.host_spec(&h.name) {
+                for (k, v) in &spec.sysctl {
+                    pathdoc_sys::netns::write_sysctl(&h.netns, k, &v.to_string())?;
+                }
+            }
+        }
+        // 8. Delay lines.
+        for link in self.plan.links.clone() {
+            if let Some(elem) = &link.element_netns {
+                self.start_delay_line(helper, link.index, elem, &link.up, &link.down)?;
+            }
+        }
+        // 9. Self-check: the client reaches the server.
+        self.check_path()?;
+        tracing::info!(lab = %self.id(), elapsed_ms = t0.elapsed().as_millis() as u64, "lab up");
+        Ok(())
+    }
+
+    fn start_delay_line(
+        &mut self,
+        helper: &std::path::Path,
+        index: usize,
+        elem: &str,
+        up: &DirectionSettings,
+        down: &DirectionSettings,
+    ) -> Result<(), LabError> {
+        let log = state::log_path(&self.id(), &format!("dl{index}"));
+        let log_file = std::fs::File::create(&log).map_err(|e| LabError::io(format!("creating {}", log.display()), e))?;
+        let log_err = log_file.try_clone().map_err(|e| LabError::io("duplicating log handle", e))?;
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", elem])
+            .arg(helper)
+            .args(["lab", "delay-line", "--prepare", "--iface-a", ELEMENT_IFACE_A, "--iface-b", ELEMENT_IFACE_B])
+            .args(["--delay-a-to-b", &up.delay_ms.to_string(), "--jitter-a-to-b", &up.jitter_ms.to_string()])
+            .args(["--delay-b-to-a", &down.delay_ms.to_string(), "--jitter-b-to-a", &down.jitter_ms.to_string()])
+            .stdin(Stdio::null())
+            .stdout(log_file)
+            .stderr(log_err);
+        // Own process group: a Ctrl-C aimed at the terminal must not kill it behind our back.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let line = exec::display(&cmd);
+        let mut child = cmd.spawn().map_err(|source| LabError::Spawn { command: line.clone(), source })?;
+        let pid = child.id();
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).processes.push(ProcessState {
+            pid,
+            netns: elem.to_string(),
+            what: format!("delay line link {index}"),
+        });
+        self.save()?;
+        std::thread::sleep(Duration::from_millis(150));
+        if let Ok(Some(status)) = child.try_wait() {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            return Err(LabError::DelayLine {
+                link: format!("{index}"),
+                message: format!("`{line}` exited ({status}): {}", text.trim()),
+            });
+        }
+        self.delay_lines.push(child);
+        Ok(())
+    }
+
+    fn check_path(&self) -> Result<(), LabError> {
+        let server = self.addr("server").to_string();
+        for _ in 0..5 {
+            let mut cmd = self.command("client", "ping");
+            cmd.args(["-n", "-q", "-c", "1", "-W", "1", &server]);
+            if exec::run_unchecked(&mut cmd, None, Duration::from_secs(3))?.success {
+                return Ok(());
+            }
+        }
+        Err(LabError::Measurement(format!(
+            "lab built, but client cannot ping the server at {server} (5 tries); see `pathdoc lab status {}`",
+            self.name()
+        )))
+    }
+
+    /// The lab's name (without prefix).
+    pub fn name(&self) -> String {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).name.clone()
+    }
+
+    /// `<prefix><name>`, the stem of every namespace of this lab.
+    pub fn id(&self) -> String {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).id()
+    }
+
+    /// A snapshot of the recorded state (what `status --json` prints).
+    pub fn state(&self) -> LabState {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The address/namespace plan.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The topology it was built from.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// Host names in chain order.
+    pub fn hosts(&self) -> Vec<String> {
+        self.plan.hosts.iter().map(|h| h.name.clone()).collect()
+    }
+
+    /// Look up a host, with an error naming the known ones.
+    pub fn host(&self, host: &str) -> Result<&HostPlan, LabError> {
+        self.plan.host(host).ok_or_else(|| LabError::UnknownHost { lab: self.name(), host: host.into(), known: self.hosts().join(", ") })
+    }
+
+    /// Network namespace of `host` (`client`, `hop1`..`hopN`, `server`). Panics on an unknown host
+    /// (a programming error in the caller); use [`Lab::host`] to check.
+    pub fn netns(&self, host: &str) -> &str {
+        match self.host(host) {
+            Ok(h) => &h.netns,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Primary address of `host` (its server-facing one). Panics on an unknown host.
+    pub fn addr(&self, host: &str) -> IpAddr {
+        match self.host(host) {
+            Ok(h) => IpAddr::V4(h.primary_addr()),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// A command that runs `program` inside `host`'s namespace (`ip netns exec NS program`).
+    pub fn command(&self, host: &str, program: impl AsRef<OsStr>) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", self.netns(host)]).arg(program);
+        cmd
+    }
+
+    /// Start `cmd` inside `host` as a guarded process (killed on drop and on teardown). A command
+    /// from [`Lab::command`] is used as is; any other command is wrapped in `ip netns exec`.
+    pub fn spawn(&self, host: &str, cmd: Command) -> Result<LabProcess, LabError> {
+        let ns = self.host(host)?.netns.clone();
+        let args: Vec<&OsStr> = cmd.get_args().collect();
+        let already = cmd.get_program() == "ip" && args.len() >= 3 && args[0] == "netns" && args[1] == "exec" && args[2] == ns.as_str();
+        let mut cmd = if already {
+            cmd
+        } else {
+            let mut wrapped = Command::new("ip");
+            wrapped.args(["netns", "exec", &ns]).arg(cmd.get_program()).args(cmd.get_args());
+            for (k, v) in cmd.get_envs() {
+                match v {
+                    Some(v) => wrapped.env(k, v),
+                    None => wrapped.env_remove(k),
+                };
+            }
+            if let Some(d) = cmd.get_current_dir() {
+                wrapped.current_dir(d);
+            }
+            wrapped
+        };
+        let line = exec::display(&cmd);
+        let child = cmd.spawn().map_err(|source| LabError::Spawn { command: line.clone(), source })?;
+        self.spawned.lock().unwrap_or_else(|e| e.into_inner()).push(child.id());
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).processes.push(ProcessState {
+            pid: child.id(),
+            netns: ns,
+            what: line.clone(),
+        });
+        self.save()?;
+        Ok(LabProcess { child, command: line })
+    }
+
+    /// Run a short command in `host` and return its stdout; fails with stderr on non-zero exit.
+    pub fn run(&self, host: &str, program: &str, args: &[&str], timeout: Duration) -> Result<String, LabError> {
+        let mut cmd = self.command(host, program);
+        cmd.args(args);
+        exec::run(&mut cmd, None, timeout)
+    }
+
+    /// Tear everything down: processes, namespaces (and with them every link), state file.
+    pub fn down(mut self) -> Result<Teardown, LabError> {
+        self.teardown()
+    }
+
+    fn teardown(&mut self) -> Result<Teardown, LabError> {
+        if !self.active {
+            return Ok(Teardown::default());
+        }
+        self.active = false;
+        for child in &mut self.delay_lines {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        }
+        let state = self.state();
+        let result = state::destroy(&state);
+        for child in &mut self.delay_lines {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        result
+    }
+
+    /// Keep the lab after this value is gone (for `pathdoc lab up`); returns its state. Delay
+    /// lines keep running; remove it later with `pathdoc lab down NAME`.
+    pub fn persist(mut self) -> LabState {
+        self.active = false;
+        self.delay_lines.clear(); // dropping a Child neither kills nor waits
+        self.state()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Err(e) = self.teardown() {
+            tracing::warn!("lab teardown failed: {e}");
+            eprintln!("pathdoc lab: teardown of {} failed: {e}", self.id());
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! nftables rulesets for lab hosts, generated as text (pure, unit-tested) and loaded with
+//! `nft -f -` inside the host's namespace.
+//!
+//! - NAT hops: `masquerade` out of `wan0`; inbound on `wan0` only established/related traffic
+//!   (and echo requests to the hop) passes, everything else is dropped silently, like a CPE or CGN.
+//!   `strict` adds `ct state invalid drop` so mid-stream packets of a forgotten connection are
+//!   dropped instead of re-creating state (together with `nf_conntrack_tcp_loose=0`).
+//! - Filters: `drop-icmp-frag-needed` drops ICMP type 3 code 4 in input, forward and output.
+//! - MSS clamp: `tcp option maxseg size set N` on SYNs in forward and output.
+//! - Random loss and loss bursts are applied where packets are *received* (netdev ingress of the
+//!   receiving interface), so the sender's stack sees a real loss on the wire, not a local error.
+
+use std::fmt::Write;
+
+use crate::plan::{HostPlan, Plan};
+use crate::topology::{Filter, HostSpec, HopSpec, Topology};
+
+/// Name of the lab's nftables tables in each namespace.
+pub const TABLE: &str = "pathdoc";
+
+/// Probability scale for `numgen random mod`: loss resolution is 1e-6.
+const LOSS_SCALE: u64 = 1_000_000;
+
+/// The ruleset for one host, or `None` when the host needs no rules.
+pub fn ruleset(topology: &Topology, plan: &Plan, host: &HostPlan) -> Option<String> {
+    let spec: HostSpec = topology.host_spec(&host.name).unwrap_or_default();
+    let hop: Option<&HopSpec> = if host.position >= 1 && host.position <= topology.hops.len() {
+        Some(&topology.hops[host.position - 1])
+    } else {
+        None
+    };
+    let nat = host.is_nat;
+    let strict = hop.map(|h| h.strict).unwrap_or(false);
+
+    let mut input = Vec::new();
+    let mut forward = Vec::new();
+    let mut output = Vec::new();
+
+    if let Some(mss) = spec.mss_clamp {
+        let rule = format!("tcp flags syn tcp option maxseg size > {mss} tcp option maxseg size set {mss}");
+        forward.push(rule.clone());
+        output.push(rule);
+    }
+    for f in &spec.filters {
+        match f {
+            Filter::DropIcmpFragNeeded => {
+                let rule = "icmp type destination-unreachable icmp code frag-needed counter drop".to_string();
+                input.push(rule.clone());
+                forward.push(rule.clone());
+                output.push(rule);
+            }
+        }
+    }
+    if nat {
+        if strict {
+            forward.push("ct state invalid counter drop".into());
+            input.push("ct state invalid counter drop".into());
+        }
+        forward.push("iifname \"wan0\" ct state established,related accept".into());
+        forward.push("iifname \"wan0\" counter drop".into());
+        input.push("iifname \"wan0\" ct state established,related accept".into());
+        input.push("iifname \"wan0\" icmp type echo-request accept".into());
+        input.push("iifname \"wan0\" counter drop".into());
+    }
+
+    let mut text = String::new();
+    let mut any = false;
+    if !(input.is_empty() && forward.is_empty() && output.is_empty()) {
+        any = true;
+        let _ = writeln!(text, "table inet {TABLE} {{");
+        for (chain, rules) in [("input", &input), ("forward", &forward), ("output", &output)] {
+            let _ = writeln!(text, "  chain {chain} {{\n    type filter hook {chain} priority filter; policy accept;");
+            for r in rules.iter() {
+                let _ = writeln!(text, "    {r}");
+            }
+            let _ = writeln!(text, "  }}");
+        }
+        let _ = writeln!(text, "}}");
+    }
+    if nat {
+        any = true;
+        let _ = writeln!(
+            text,
+            "table ip {TABLE}_nat {{\n  chain postrouting {{\n    type nat hook postrouting priority srcnat; policy accept;\n    oifname \"wan0\" masquerade\n  }}\n}}"
+        );
+    }
+    // Loss on the interfaces where this host receives.
+    for iface in &host.ifaces {
+        let link = &plan.links[iface.link];
+        // lan0 receives the link's "up" direction, wan0 its "down" direction.
+        let dir = if iface.name == "lan0" { &link.up } else { &link.down };
+        let mut rules = Vec::new();
+        if dir.loss_percent > 0.0 {
+            let threshold = (dir.loss_percent / 100.0 * LOSS_SCALE as f64).round() as u64;
+            rules.push(format!("meta protocol ip numgen random mod {LOSS_SCALE} < {threshold} counter drop"));
+        }
+        if let Some(b) = dir.burst_loss {
+            rules.push(format!("meta protocol ip numgen inc mod {} < {} counter drop", b.every_packets, b.burst_packets));
+        }
+        if !rules.is_empty() {
+            any = true;
+            let _ = writeln!(
+                text,
+                "table netdev {TABLE}_{name} {{\n  chain ingress {{\n    type filter hook ingress device \"{name}\" priority filter; policy accept;",
+                name = iface.name
+            );
+            for r in rules {
+                let _ = writeln!(text, "    {r}");
+            }
+            let _ = writeln!(text, "  }}\n}}");
+        }
+    }
+    any.then_some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::plan;
+    use crate::scenarios;
+
+    fn rules_for(scenario: &str, host: &str) -> Option<String> {
+        let t = scenarios::topology(scenario).unwrap();
+        let p = plan(&t, "l");
+        ruleset(&t, &p, p.host(host).unwrap())
+    }
+
+    #[test]
+    fn strict_nat_drops_invalid_and_masquerades() {
+        let r = rules_for("modem-idle", "hop1").unwrap();
+        assert!(r.contains("ct state invalid counter drop"), "{r}");
+        assert!(r.contains("oifname \"wan0\" masquerade"), "{r}");
+        assert!(r.contains("iifname \"wan0\" counter drop"), "{r}");
+        assert!(rules_for("modem-idle", "client").is_none());
+    }
+
+    #[test]
+    fn loose_nat_has_no_invalid_drop() {
+        let r = rules_for("cgnat-chain", "hop2").unwrap();
+        assert!(!r.contains("invalid"), "{r}");
+    }
+
+    #[test]
+    fn icmp_filter_on_server() {
+        let r = rules_for("pmtu-blackhole", "server").unwrap();
+        assert_eq!(r.matches("frag-needed").count(), 3, "{r}");
+    }
+
+    #[test]
+    fn loss_is_applied_at_the_receiver() {
+        let r = rules_for("lossy-long-fat", "server").unwrap();
+        assert!(r.contains("device \"lan0\"") && r.contains("< 3000 counter drop"), "{r}");
+        let r = rules_for("lossy-long-fat", "hop1").unwrap();
+        assert!(r.contains("device \"wan0\""), "{r}");
+        let r = rules_for("slow-lossy-duplex", "server").unwrap();
+        assert!(r.contains("numgen inc mod 50 < 2"), "{r}");
+        assert!(rules_for("slow-lossy-duplex", "hop1").is_none());
+    }
+
+    #[test]
+    fn mss_clamp_rule() {
+        let t = Topology::from_toml("[[hop]]\nmss_clamp = 1380\n").unwrap();
+        let p = plan(&t, "l");
+        let r = ruleset(&t, &p, p.host("hop1").unwrap()).unwrap();
+        assert!(r.contains("maxseg size set 1380"), "{r}");
+    }
+}

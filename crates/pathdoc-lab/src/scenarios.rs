@@ -1,0 +1,177 @@
+//! Built-in scenarios: each reproduces one real failure story from the seeds, written as TOML in
+//! the same format users pass with `--topology` (so they double as examples).
+//!
+//! Addresses (see [`crate::plan`]): client 192.168.1.100 behind hop1 192.168.1.1; middle links
+//! 100.64.i.0/24; the server is 203.0.113.10 behind the last hop at 203.0.113.1.
+
+use crate::error::LabError;
+use crate::topology::Topology;
+
+/// A built-in scenario: name, one-line summary, the seed story it reproduces, and its TOML.
+#[derive(Debug, Clone, Copy)]
+pub struct ScenarioInfo {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub seed: &'static str,
+    pub toml: &'static str,
+}
+
+/// Every built-in scenario, in demo order.
+pub const SCENARIOS: &[ScenarioInfo] = &[
+    ScenarioInfo {
+        name: "clean",
+        summary: "home NAT with generous timeouts and a 5 ms RTT: the false-alarm control",
+        seed: "control: every check must come back healthy here",
+        toml: r#"
+description = "home NAT, no faults, 5 ms RTT: the false-alarm control"
+[[hop]]
+kind = "nat"
+[[link]]
+[[link]]
+delay_ms = 2.5
+"#,
+    },
+    ScenarioInfo {
+        name: "modem-idle",
+        summary: "strict NAT that forgets idle TCP connections after 60 s (a scaled-down 2 hours)",
+        seed: "seed 000: ISP cable modem/CGNAT kills idle SSH sessions; keepalives after ~2 h never arrive",
+        toml: r#"
+description = "strict NAT: idle TCP state expires after 60 s and is never rebuilt from mid-stream packets"
+[[hop]]
+kind = "nat"
+strict = true
+conntrack = { tcp_established = 60, udp = 30 }
+"#,
+    },
+    ScenarioInfo {
+        name: "cgnat-chain",
+        summary: "home NAT (600 s) behind a carrier-grade NAT (30 s established, 20 s UDP)",
+        seed: "seed 000: the laptop got a 100.64.0.0/10 address; the carrier NAT, not the home router, times out first",
+        toml: r#"
+description = "home NAT behind a carrier-grade NAT with a shorter established timeout"
+[[hop]]
+kind = "nat"
+conntrack = { tcp_established = 600, udp = 120 }
+[[hop]]
+kind = "nat"
+conntrack = { tcp_established = 30, udp = 20, udp_stream = 30 }
+"#,
+    },
+    ScenarioInfo {
+        name: "pmtu-blackhole",
+        summary: "1420-byte MTU towards the client, server drops ICMP frag-needed: big downloads stall",
+        seed: "seed 003: Telekom customers got ~100 KB/s from a server whose firewall ate ICMP 'fragmentation needed'",
+        toml: r#"
+description = "1420-byte MTU on the access link towards the client; the server's firewall drops ICMP frag-needed"
+[[hop]]
+kind = "nat"
+[[hop]]
+[server]
+filters = ["drop-icmp-frag-needed"]
+[[link]]
+[[link]]
+[link.down]
+mtu = 1420
+"#,
+    },
+    ScenarioInfo {
+        name: "lossy-long-fat",
+        summary: "40 ms RTT, 1 Gbit/s, 0.3 % random loss: loss-based congestion control collapses",
+        seed: "long fat network with a little loss: CUBIC throughput far below the link rate (Mathis: MSS/RTT·1.22/√p)",
+        toml: r#"
+description = "40 ms RTT, 1 Gbit/s, 0.3 % random loss each way"
+[[hop]]
+kind = "nat"
+[[link]]
+[[link]]
+rate = "1 Gbit/s"
+delay_ms = 20.0
+loss_percent = 0.3
+"#,
+    },
+    ScenarioInfo {
+        name: "window-limited",
+        summary: "100 ms RTT, 1 Gbit/s, client tcp_rmem max 256 KiB: throughput capped at window/RTT",
+        seed: "bulk transfer over a long path crawls because the receive window, not the link, limits it",
+        toml: r#"
+description = "100 ms RTT, 1 Gbit/s link, client receive buffer capped at 256 KiB"
+[client]
+sysctl = { "net.ipv4.tcp_rmem" = "4096 131072 262144" }
+[[hop]]
+kind = "nat"
+[[link]]
+[[link]]
+rate = "1 Gbit/s"
+delay_ms = 50.0
+"#,
+    },
+    ScenarioInfo {
+        name: "slow-lossy-duplex",
+        summary: "100 Mbit/s, loss bursts towards the server only: uploads crawl, downloads are fine",
+        seed: "seed 001: duplex mismatch; 94 Mbit/s one way, 29 Mbit/s towards the affected server",
+        toml: r#"
+description = "100 Mbit/s with loss bursts in the client-to-server direction only (duplex mismatch)"
+[[hop]]
+[[link]]
+[[link]]
+rate = "100 Mbit/s"
+[link.up]
+burst_loss = { every_packets = 50, burst_packets = 2 }
+"#,
+    },
+];
+
+/// Names of all built-in scenarios.
+pub fn names() -> Vec<&'static str> {
+    SCENARIOS.iter().map(|s| s.name).collect()
+}
+
+/// Look up a scenario's description.
+pub fn info(name: &str) -> Option<&'static ScenarioInfo> {
+    SCENARIOS.iter().find(|s| s.name == name)
+}
+
+/// Parse a scenario's topology, its `name` set.
+pub fn topology(name: &str) -> Result<Topology, LabError> {
+    let info = info(name).ok_or_else(|| LabError::UnknownScenario { name: name.to_string(), known: names().join(", ") })?;
+    let mut topo = Topology::from_toml(info.toml)?;
+    topo.name = Some(name.to_string());
+    Ok(topo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::{Direction, HopKind};
+
+    #[test]
+    fn every_scenario_parses() {
+        for s in SCENARIOS {
+            let t = topology(s.name).unwrap_or_else(|e| panic!("{}: {e}", s.name));
+            assert_eq!(t.name.as_deref(), Some(s.name));
+            assert!(t.description.is_some(), "{}", s.name);
+        }
+        assert_eq!(names().len(), 7);
+    }
+
+    #[test]
+    fn unknown_scenario_lists_known_ones() {
+        let text = topology("nope").unwrap_err().to_string();
+        assert!(text.contains("modem-idle") && text.contains("nope"), "{text}");
+    }
+
+    #[test]
+    fn scenarios_carry_their_faults() {
+        let t = topology("modem-idle").unwrap();
+        assert!(t.hops[0].strict && t.hops[0].kind == HopKind::Nat);
+        let t = topology("pmtu-blackhole").unwrap();
+        assert_eq!(t.link(1).direction(Direction::Down).mtu, 1420);
+        assert_eq!(t.link(1).direction(Direction::Up).mtu, 1500);
+        let t = topology("window-limited").unwrap();
+        assert!(t.client.sysctl.contains_key("net.ipv4.tcp_rmem"));
+        let t = topology("slow-lossy-duplex").unwrap();
+        assert!(t.link(1).direction(Direction::Up).burst_loss.is_some());
+        assert!(t.link(1).direction(Direction::Down).burst_loss.is_none());
+        assert!(topology("clean").unwrap().describe_faults().iter().all(|f| f.contains("NAT") || f.contains("delay")));
+    }
+}

@@ -1,0 +1,720 @@
+//! Topology descriptions: a chain `client — hop1 — … — hopN — server`, written in TOML or taken
+//! from the built-in scenarios, validated before anything touches the kernel.
+//!
+//! ```toml
+//! description = "home NAT that forgets idle connections after 60 s"
+//!
+//! [client]
+//! sysctl = { "net.ipv4.tcp_rmem" = "4096 131072 262144" }
+//!
+//! [[hop]]                 # hop1; repeat [[hop]] for hop2, hop3, ...
+//! kind = "nat"            # "router" (default) or "nat" (nftables masquerade)
+//! strict = true           # drop packets without conntrack state; no state rebuilt mid-stream
+//! conntrack = { tcp_established = 60, udp = 30 }   # seconds
+//! mss_clamp = 1400        # rewrite the MSS option of forwarded SYNs
+//!
+//! [server]
+//! filters = ["drop-icmp-frag-needed"]
+//!
+//! [[link]]                # link 0: client—hop1; link i joins host i and host i+1
+//! mtu = 1500              # both directions unless up/down override it
+//! rate = "100 Mbit/s"
+//! delay_ms = 10.0         # one way, each direction
+//! [link.down]             # towards the client ("up" is towards the server)
+//! loss_percent = 0.3
+//! burst_loss = { every_packets = 200, burst_packets = 3 }
+//! ```
+//!
+//! `[[link]]` tables apply in order to link 0, 1, …; links not listed are clean.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::LabError;
+
+/// Most hops a chain may have (keeps namespace and address plans simple).
+pub const MAX_HOPS: usize = 8;
+
+/// A whole path: client, hops, server, and the links between consecutive hosts.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    /// Scenario name, when the topology came from [`Topology::scenario`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// One line on what this path reproduces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub client: HostSpec,
+    #[serde(default, rename = "hop")]
+    pub hops: Vec<HopSpec>,
+    #[serde(default)]
+    pub server: HostSpec,
+    /// Link `i` joins host `i` and host `i+1` (client is host 0). Missing trailing links are clean.
+    #[serde(default, rename = "link")]
+    pub links: Vec<LinkSpec>,
+}
+
+/// Per-host settings shared by client, hops and server.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSpec {
+    /// Per-namespace sysctls (`net.*`), e.g. `"net.ipv4.tcp_congestion_control" = "bbr"`.
+    #[serde(default)]
+    pub sysctl: BTreeMap<String, SysctlValue>,
+    /// Host filters (nftables).
+    #[serde(default)]
+    pub filters: Vec<Filter>,
+    /// Clamp the MSS option of SYNs this host forwards or sends to this many bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mss_clamp: Option<u16>,
+}
+
+/// A hop: a router or a NAT, plus the host settings.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HopSpec {
+    #[serde(default)]
+    pub kind: HopKind,
+    /// NAT only: drop every packet without valid conntrack state (`nf_conntrack_tcp_loose=0` and
+    /// `ct state invalid drop`): after a timeout the connection stays dead even if the client speaks.
+    #[serde(default)]
+    pub strict: bool,
+    /// NAT only: conntrack timeouts in seconds (kernel defaults where unset).
+    #[serde(default)]
+    pub conntrack: ConntrackTimeouts,
+    #[serde(default)]
+    pub sysctl: BTreeMap<String, SysctlValue>,
+    #[serde(default)]
+    pub filters: Vec<Filter>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mss_clamp: Option<u16>,
+}
+
+impl HopSpec {
+    /// A plain NAT hop with kernel-default timeouts.
+    pub fn nat() -> Self {
+        HopSpec { kind: HopKind::Nat, ..Default::default() }
+    }
+    /// A plain router hop.
+    pub fn router() -> Self {
+        HopSpec::default()
+    }
+    /// The host-level part of this hop's settings.
+    pub fn host(&self) -> HostSpec {
+        HostSpec { sysctl: self.sysctl.clone(), filters: self.filters.clone(), mss_clamp: self.mss_clamp }
+    }
+}
+
+/// What a hop does with forwarded traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HopKind {
+    /// Plain IPv4 forwarding; hosts on both sides see each other's addresses.
+    #[default]
+    Router,
+    /// Source NAT (masquerade) to the hop's upstream address, conntrack-based, with an inbound
+    /// firewall that drops unsolicited packets silently, like a home router or a CGN.
+    Nat,
+}
+
+/// Conntrack timeouts in seconds for a NAT hop (RFC 5382 REQ-5 wants ≥ 7440 s established).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConntrackTimeouts {
+    /// `nf_conntrack_tcp_timeout_established`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_established: Option<u32>,
+    /// Opening and closing states: syn_sent, syn_recv, fin_wait, close_wait, last_ack, time_wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_transitory: Option<u32>,
+    /// `nf_conntrack_tcp_timeout_close` (after RST).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_close: Option<u32>,
+    /// `nf_conntrack_udp_timeout` (one-way or single-exchange flows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<u32>,
+    /// `nf_conntrack_udp_timeout_stream` (flows seen in both directions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_stream: Option<u32>,
+    /// `nf_conntrack_icmp_timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icmp: Option<u32>,
+}
+
+impl ConntrackTimeouts {
+    /// The per-namespace sysctls these settings write, `(key, seconds)`.
+    pub fn sysctls(&self) -> Vec<(String, u32)> {
+        let base = "net.netfilter.nf_conntrack_";
+        let mut out = Vec::new();
+        let mut put = |suffix: &str, v: Option<u32>| {
+            if let Some(v) = v {
+                out.push((format!("{base}{suffix}"), v));
+            }
+        };
+        put("tcp_timeout_established", self.tcp_established);
+        for s in ["syn_sent", "syn_recv", "fin_wait", "close_wait", "last_ack", "time_wait"] {
+            put(&format!("tcp_timeout_{s}"), self.tcp_transitory);
+        }
+        put("tcp_timeout_close", self.tcp_close);
+        put("udp_timeout", self.udp);
+        put("udp_timeout_stream", self.udp_stream);
+        put("icmp_timeout", self.icmp);
+        out
+    }
+
+    fn is_empty(&self) -> bool {
+        self.sysctls().is_empty()
+    }
+}
+
+/// A sysctl value: TOML integer or string.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SysctlValue {
+    Int(i64),
+    Text(String),
+}
+
+impl fmt::Display for SysctlValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SysctlValue::Int(i) => write!(f, "{i}"),
+            SysctlValue::Text(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+impl From<&str> for SysctlValue {
+    fn from(s: &str) -> Self {
+        SysctlValue::Text(s.to_string())
+    }
+}
+
+/// A host filter, implemented with nftables in the host's namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Filter {
+    /// Drop ICMP "fragmentation needed" (type 3 code 4) in input, forward and output: the
+    /// over-eager firewall that turns a smaller MTU into a PMTU black hole (seed 003).
+    DropIcmpFragNeeded,
+}
+
+impl Filter {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Filter::DropIcmpFragNeeded => "drop-icmp-frag-needed",
+        }
+    }
+}
+
+/// A link between two consecutive hosts. Top-level fields apply to both directions; `up`
+/// (towards the server) and `down` (towards the client) override them.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_percent: Option<f64>,
+    #[serde(default)]
+    pub up: DirectionSpec,
+    #[serde(default)]
+    pub down: DirectionSpec,
+}
+
+/// Per-direction overrides of a link.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DirectionSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_percent: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_loss: Option<BurstLoss>,
+}
+
+/// Deterministic loss bursts: of every `every_packets` IPv4 packets, `burst_packets` in a row are
+/// dropped (nftables `numgen inc mod every < burst`). Loss rate = burst / every.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BurstLoss {
+    pub every_packets: u32,
+    pub burst_packets: u32,
+}
+
+/// Which way along a link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Towards the server.
+    Up,
+    /// Towards the client.
+    Down,
+}
+
+impl Direction {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Direction::Up => "up",
+            Direction::Down => "down",
+        }
+    }
+}
+
+/// The effective settings of one direction of one link, defaults filled in.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct DirectionSettings {
+    pub mtu: u32,
+    pub rate: Option<Rate>,
+    pub delay_ms: f64,
+    pub jitter_ms: f64,
+    pub loss_percent: f64,
+    pub burst_loss: Option<BurstLoss>,
+}
+
+impl DirectionSettings {
+    /// Whether this direction needs a delay-line element.
+    pub fn needs_delay_line(&self) -> bool {
+        self.delay_ms > 0.0 || self.jitter_ms > 0.0
+    }
+}
+
+/// Default interface MTU.
+pub const DEFAULT_MTU: u32 = 1500;
+
+impl LinkSpec {
+    /// Effective settings for one direction.
+    pub fn direction(&self, dir: Direction) -> DirectionSettings {
+        let d = match dir {
+            Direction::Up => &self.up,
+            Direction::Down => &self.down,
+        };
+        DirectionSettings {
+            mtu: d.mtu.or(self.mtu).unwrap_or(DEFAULT_MTU),
+            rate: d.rate.or(self.rate),
+            delay_ms: d.delay_ms.or(self.delay_ms).unwrap_or(0.0),
+            jitter_ms: d.jitter_ms.or(self.jitter_ms).unwrap_or(0.0),
+            loss_percent: d.loss_percent.or(self.loss_percent).unwrap_or(0.0),
+            burst_loss: d.burst_loss,
+        }
+    }
+
+    /// Whether either direction has delay or jitter (needs a delay-line element).
+    pub fn needs_delay_line(&self) -> bool {
+        self.direction(Direction::Up).needs_delay_line() || self.direction(Direction::Down).needs_delay_line()
+    }
+}
+
+/// A rate in bit/s. In TOML: an integer (bit/s) or a string such as `"100 Mbit/s"`, `"1Gbit/s"`,
+/// `"512 kbit"` (SI prefixes: k = 1e3, M = 1e6, G = 1e9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub bits_per_second: u64,
+}
+
+impl Rate {
+    pub fn mbit(m: u64) -> Rate {
+        Rate { bits_per_second: m * 1_000_000 }
+    }
+
+    /// Parse `"100 Mbit/s"`, `"1gbit"`, `"2500000"`, ...
+    pub fn parse(text: &str) -> Result<Rate, String> {
+        let t = text.trim();
+        let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let value: f64 = num.parse().map_err(|_| format!("rate `{text}`: expected a number then a unit like Mbit/s"))?;
+        let unit = unit.trim().to_ascii_lowercase();
+        let unit = unit.strip_suffix("/s").unwrap_or(&unit);
+        let mult = match unit {
+            "" | "bit" => 1e0,
+            "k" | "kbit" => 1e3,
+            "m" | "mbit" => 1e6,
+            "g" | "gbit" => 1e9,
+            other => return Err(format!("rate `{text}`: unknown unit `{other}` (use bit/s, kbit/s, Mbit/s, Gbit/s)")),
+        };
+        let bps = value * mult;
+        if !bps.is_finite() || bps < 1.0 {
+            return Err(format!("rate `{text}` is not a positive rate"));
+        }
+        Ok(Rate { bits_per_second: bps.round() as u64 })
+    }
+}
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", pathdoc_core::units::format_rate(self.bits_per_second as f64))
+    }
+}
+
+impl Serialize for Rate {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.bits_per_second)
+    }
+}
+
+impl<'de> Deserialize<'de> for Rate {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(b) if b > 0 => Ok(Rate { bits_per_second: b }),
+            Raw::Int(_) => Err(serde::de::Error::custom("rate must be positive")),
+            Raw::Text(t) => Rate::parse(&t).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+impl Topology {
+    /// Parse and validate a TOML topology.
+    pub fn from_toml(text: &str) -> Result<Self, LabError> {
+        let topo: Topology = toml::from_str(text).map_err(|e| LabError::Topology(e.to_string().trim().to_string()))?;
+        topo.validate()?;
+        Ok(topo)
+    }
+
+    /// Serialize back to TOML (round-trips through [`Topology::from_toml`]).
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// A built-in scenario by name (see [`crate::scenarios`]).
+    pub fn scenario(name: &str) -> Result<Self, LabError> {
+        crate::scenarios::topology(name)
+    }
+
+    /// Host names in chain order: `client`, `hop1`..`hopN`, `server`.
+    pub fn host_names(&self) -> Vec<String> {
+        let mut names = vec!["client".to_string()];
+        names.extend((1..=self.hops.len()).map(|i| format!("hop{i}")));
+        names.push("server".to_string());
+        names
+    }
+
+    /// Number of links (hops + 1).
+    pub fn link_count(&self) -> usize {
+        self.hops.len() + 1
+    }
+
+    /// The spec of link `i` (clean default when not listed).
+    pub fn link(&self, i: usize) -> LinkSpec {
+        self.links.get(i).cloned().unwrap_or_default()
+    }
+
+    /// Mutable access to link `i`, creating clean links up to it if needed.
+    pub fn link_mut(&mut self, i: usize) -> &mut LinkSpec {
+        while self.links.len() <= i {
+            self.links.push(LinkSpec::default());
+        }
+        &mut self.links[i]
+    }
+
+    /// Host settings by host name (`client`, `hopN`, `server`).
+    pub fn host_spec(&self, host: &str) -> Option<HostSpec> {
+        match host {
+            "client" => Some(self.client.clone()),
+            "server" => Some(self.server.clone()),
+            h => {
+                let n: usize = h.strip_prefix("hop")?.parse().ok()?;
+                self.hops.get(n.checked_sub(1)?).map(|hop| hop.host())
+            }
+        }
+    }
+
+    /// Whether any link needs a delay-line element.
+    pub fn needs_delay_line(&self) -> bool {
+        (0..self.link_count()).any(|i| self.link(i).needs_delay_line())
+    }
+
+    /// Whether any link has a rate limit (needs `tc`).
+    pub fn needs_tc(&self) -> bool {
+        (0..self.link_count()).any(|i| {
+            let l = self.link(i);
+            l.direction(Direction::Up).rate.is_some() || l.direction(Direction::Down).rate.is_some()
+        })
+    }
+
+    /// Check every value; the error names the offending field.
+    pub fn validate(&self) -> Result<(), LabError> {
+        let bad = |msg: String| Err(LabError::Topology(msg));
+        if self.hops.len() > MAX_HOPS {
+            return bad(format!("{} hops; at most {MAX_HOPS} are supported", self.hops.len()));
+        }
+        if self.links.len() > self.link_count() {
+            return bad(format!(
+                "{} [[link]] tables but a chain with {} hop(s) has only {} link(s)",
+                self.links.len(),
+                self.hops.len(),
+                self.link_count()
+            ));
+        }
+        let names = self.host_names();
+        for (i, name) in names.iter().enumerate() {
+            let spec = self.host_spec(name).unwrap_or_default();
+            validate_host(name, &spec)?;
+            if i > 0 && i <= self.hops.len() {
+                let hop = &self.hops[i - 1];
+                if hop.kind == HopKind::Router && hop.strict {
+                    return bad(format!("{name}: `strict` only applies to kind = \"nat\""));
+                }
+                if hop.kind == HopKind::Router && !hop.conntrack.is_empty() {
+                    return bad(format!("{name}: conntrack timeouts only apply to kind = \"nat\""));
+                }
+                for (key, secs) in hop.conntrack.sysctls() {
+                    if secs == 0 || secs > 10 * 24 * 3600 {
+                        return bad(format!("{name}: {key} = {secs} s is out of range (1 s .. 10 days)"));
+                    }
+                }
+            }
+        }
+        for i in 0..self.link_count() {
+            let label = format!("link {i} ({}—{})", names[i], names[i + 1]);
+            let spec = self.link(i);
+            for dir in [Direction::Up, Direction::Down] {
+                let d = spec.direction(dir);
+                let at = format!("{label} {}", dir.as_str());
+                if !(576..=9000).contains(&d.mtu) {
+                    return bad(format!("{at}: mtu {} out of range (576..9000)", d.mtu));
+                }
+                if let Some(r) = d.rate {
+                    if r.bits_per_second < 8_000 || r.bits_per_second > 100_000_000_000 {
+                        return bad(format!("{at}: rate {r} out of range (8 kbit/s .. 100 Gbit/s)"));
+                    }
+                }
+                if !(0.0..=10_000.0).contains(&d.delay_ms) {
+                    return bad(format!("{at}: delay_ms {} out of range (0 .. 10000)", d.delay_ms));
+                }
+                if !(0.0..=10_000.0).contains(&d.jitter_ms) || (d.jitter_ms > 0.0 && d.delay_ms == 0.0) {
+                    return bad(format!("{at}: jitter_ms {} needs 0 <= jitter and a delay_ms", d.jitter_ms));
+                }
+                if !(0.0..=100.0).contains(&d.loss_percent) {
+                    return bad(format!("{at}: loss_percent {} out of range (0 .. 100)", d.loss_percent));
+                }
+                if let Some(b) = d.burst_loss {
+                    if b.every_packets == 0 || b.burst_packets == 0 || b.burst_packets >= b.every_packets {
+                        return bad(format!("{at}: burst_loss needs 0 < burst_packets < every_packets"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Human lines describing every fault this topology injects (empty for a clean path).
+    pub fn describe_faults(&self) -> Vec<String> {
+        let names = self.host_names();
+        let mut out = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            if i > 0 && i <= self.hops.len() {
+                let hop = &self.hops[i - 1];
+                if hop.kind == HopKind::Nat {
+                    let mut s = format!("{name}: NAT (masquerade){}", if hop.strict { ", strict (no state rebuilt mid-stream)" } else { "" });
+                    let t = hop.conntrack;
+                    let mut parts = Vec::new();
+                    if let Some(v) = t.tcp_established {
+                        parts.push(format!("tcp established {v} s"));
+                    }
+                    if let Some(v) = t.tcp_transitory {
+                        parts.push(format!("tcp transitory {v} s"));
+                    }
+                    if let Some(v) = t.tcp_close {
+                        parts.push(format!("tcp close {v} s"));
+                    }
+                    if let Some(v) = t.udp {
+                        parts.push(format!("udp {v} s"));
+                    }
+                    if let Some(v) = t.udp_stream {
+                        parts.push(format!("udp stream {v} s"));
+                    }
+                    if let Some(v) = t.icmp {
+                        parts.push(format!("icmp {v} s"));
+                    }
+                    if !parts.is_empty() {
+                        s.push_str(&format!("; conntrack timeouts: {}", parts.join(", ")));
+                    }
+                    out.push(s);
+                }
+            }
+            let spec = self.host_spec(name).unwrap_or_default();
+            for f in &spec.filters {
+                out.push(format!("{name}: filter {}", f.as_str()));
+            }
+            if let Some(m) = spec.mss_clamp {
+                out.push(format!("{name}: clamps TCP MSS to {m} bytes"));
+            }
+            for (k, v) in &spec.sysctl {
+                out.push(format!("{name}: sysctl {k} = {v}"));
+            }
+        }
+        for i in 0..self.link_count() {
+            let spec = self.link(i);
+            for dir in [Direction::Up, Direction::Down] {
+                let d = spec.direction(dir);
+                let (from, to) = match dir {
+                    Direction::Up => (&names[i], &names[i + 1]),
+                    Direction::Down => (&names[i + 1], &names[i]),
+                };
+                let mut parts = Vec::new();
+                if d.mtu != DEFAULT_MTU {
+                    parts.push(format!("MTU {} bytes", d.mtu));
+                }
+                if let Some(r) = d.rate {
+                    parts.push(format!("rate {r}"));
+                }
+                if d.delay_ms > 0.0 {
+                    parts.push(format!("delay {} ms", d.delay_ms));
+                }
+                if d.jitter_ms > 0.0 {
+                    parts.push(format!("jitter ±{} ms", d.jitter_ms));
+                }
+                if d.loss_percent > 0.0 {
+                    parts.push(format!("random loss {} %", d.loss_percent));
+                }
+                if let Some(b) = d.burst_loss {
+                    parts.push(format!("loss bursts of {} packets every {} packets", b.burst_packets, b.every_packets));
+                }
+                if !parts.is_empty() {
+                    out.push(format!("{from} → {to}: {}", parts.join(", ")));
+                }
+            }
+        }
+        out
+    }
+}
+
+fn validate_host(name: &str, spec: &HostSpec) -> Result<(), LabError> {
+    for (key, value) in &spec.sysctl {
+        let ok_chars = key.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-');
+        if !key.starts_with("net.") || !ok_chars || key.contains("..") {
+            return Err(LabError::Topology(format!(
+                "{name}: sysctl `{key}` is not a per-namespace `net.*` setting"
+            )));
+        }
+        if value.to_string().contains('\n') {
+            return Err(LabError::Topology(format!("{name}: sysctl `{key}` value contains a newline")));
+        }
+    }
+    if let Some(m) = spec.mss_clamp {
+        if !(88..=9000).contains(&m) {
+            return Err(LabError::Topology(format!("{name}: mss_clamp {m} out of range (88 .. 9000)")));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FULL: &str = r#"
+description = "test"
+[client]
+sysctl = { "net.ipv4.tcp_rmem" = "4096 131072 262144", "net.ipv4.tcp_mtu_probing" = 1 }
+[[hop]]
+kind = "nat"
+strict = true
+conntrack = { tcp_established = 3, udp = 5, tcp_transitory = 10 }
+mss_clamp = 1380
+[[hop]]
+[server]
+filters = ["drop-icmp-frag-needed"]
+[[link]]
+rate = "100 Mbit/s"
+[link.down]
+mtu = 1420
+loss_percent = 0.5
+[[link]]
+delay_ms = 20.0
+jitter_ms = 2.0
+[link.up]
+burst_loss = { every_packets = 100, burst_packets = 3 }
+"#;
+
+    #[test]
+    fn parses_full_example() {
+        let t = Topology::from_toml(FULL).unwrap();
+        assert_eq!(t.hops.len(), 2);
+        assert_eq!(t.hops[0].kind, HopKind::Nat);
+        assert!(t.hops[0].strict);
+        assert_eq!(t.hops[1].kind, HopKind::Router);
+        assert_eq!(t.hops[0].conntrack.tcp_established, Some(3));
+        assert_eq!(t.host_names(), ["client", "hop1", "hop2", "server"]);
+        let l0 = t.link(0);
+        assert_eq!(l0.direction(Direction::Up).mtu, 1500);
+        assert_eq!(l0.direction(Direction::Down).mtu, 1420);
+        assert_eq!(l0.direction(Direction::Down).rate, Some(Rate::mbit(100)));
+        assert_eq!(l0.direction(Direction::Down).loss_percent, 0.5);
+        assert_eq!(l0.direction(Direction::Up).loss_percent, 0.0);
+        assert!(t.link(1).needs_delay_line());
+        assert!(!t.link(2).needs_delay_line());
+        assert_eq!(t.link(1).direction(Direction::Up).burst_loss, Some(BurstLoss { every_packets: 100, burst_packets: 3 }));
+        assert_eq!(t.client.sysctl["net.ipv4.tcp_mtu_probing"].to_string(), "1");
+        assert_eq!(t.server.filters, [Filter::DropIcmpFragNeeded]);
+        assert!(!t.describe_faults().is_empty());
+        // Round trip.
+        let again = Topology::from_toml(&t.to_toml()).unwrap();
+        assert_eq!(again, t);
+    }
+
+    #[test]
+    fn empty_is_a_clean_direct_path() {
+        let t = Topology::from_toml("").unwrap();
+        assert_eq!(t.host_names(), ["client", "server"]);
+        assert!(t.describe_faults().is_empty());
+    }
+
+    #[test]
+    fn rates_parse() {
+        assert_eq!(Rate::parse("100 Mbit/s").unwrap().bits_per_second, 100_000_000);
+        assert_eq!(Rate::parse("1Gbit").unwrap().bits_per_second, 1_000_000_000);
+        assert_eq!(Rate::parse("2.5 mbit/s").unwrap().bits_per_second, 2_500_000);
+        assert_eq!(Rate::parse("512kbit/s").unwrap().bits_per_second, 512_000);
+        assert!(Rate::parse("fast").is_err());
+        assert!(Rate::parse("10 furlongs").is_err());
+    }
+
+    fn err(text: &str) -> String {
+        Topology::from_toml(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn bad_inputs_are_clear_errors() {
+        assert!(err("[[hop]]\nkind = \"bridge\"").contains("unknown variant"));
+        assert!(err("[[hop]]\nstrict = true").contains("strict"));
+        assert!(err("[[hop]]\nconntrack = { tcp_established = 5 }").contains("only apply"));
+        assert!(err("[[hop]]\nkind=\"nat\"\nconntrack = { tcp_established = 0 }").contains("out of range"));
+        assert!(err("[[link]]\n[[link]]").contains("only 1 link"));
+        assert!(err("[[link]]\nmtu = 100").contains("mtu 100"));
+        assert!(err("[[link]]\nloss_percent = 120.0").contains("loss_percent"));
+        assert!(err("[[link]]\nrate = \"7 parsecs\"").contains("unknown unit"));
+        assert!(err("[[link]]\njitter_ms = 3.0").contains("jitter"));
+        assert!(err("[[link]]\n[link.up]\nburst_loss = { every_packets = 3, burst_packets = 3 }").contains("burst"));
+        assert!(err("[client]\nsysctl = { \"kernel.panic\" = 1 }").contains("net.*"));
+        assert!(err("[client]\nfilters = [\"drop-everything\"]").contains("unknown variant"));
+        assert!(err("[client]\nmss_clamp = 20").contains("mss_clamp"));
+        assert!(err("[client]\ncolour = \"blue\"").contains("unknown field"));
+        assert!(err("[[hop]\n").contains("TOML") || !err("[[hop]\n").is_empty());
+        let many = "[[hop]]\n".repeat(MAX_HOPS + 1);
+        assert!(err(&many).contains("at most"));
+    }
+}
