@@ -13,14 +13,14 @@ use std::io;
 use std::mem::offset_of;
 use std::os::fd::AsRawFd;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The kernel's `struct tcp_info`, in its exact C layout, plus how much of it the kernel filled.
 ///
 /// Field names drop the `tcpi_` prefix. `kernel_len` is not part of the kernel struct; it sits
 /// after the last kernel field and is never passed to `getsockopt`.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TcpInfo {
     pub state: u8,
     pub ca_state: u8,

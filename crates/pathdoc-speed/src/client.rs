@@ -1,0 +1,632 @@
+//! Client side of the speed check: negotiate a test, open the data streams, run the hot loops,
+//! sample TCP_INFO on both ends every interval, and turn the samples into [`DirectionResult`]s.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pathdoc_core::units::format_rate;
+use pathdoc_core::Progress;
+use pathdoc_proto::{read_frame, write_frame, Channel, CheckKind, ProtoError};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::analysis::{wire_estimate, DirectionResult, Interval, SenderTotals, Side};
+use crate::service::side_sample;
+use crate::spec::{
+    parse_tag, stream_tag, ClientMsg, Direction, HostTcpSettings, Mode, ServerMsg, SideSample,
+    StreamSample, TestSpec,
+};
+use crate::stream::{configure, RunningStream, StopRule};
+
+/// Deadline for connecting and for each handshake and control answer.
+const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What to measure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpeedOptions {
+    pub mode: Mode,
+    pub streams: u32,
+    pub duration: Duration,
+    pub bytes: Option<u64>,
+    /// Congestion control for the senders on both ends.
+    pub cc: Option<String>,
+    /// SO_SNDBUF/SO_RCVBUF on both ends.
+    pub window: Option<u32>,
+    pub interval: Duration,
+}
+
+impl Default for SpeedOptions {
+    fn default() -> Self {
+        SpeedOptions {
+            mode: Mode::Upload,
+            streams: 1,
+            duration: Duration::from_secs(10),
+            bytes: None,
+            cc: None,
+            window: None,
+            interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Why a test could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SpeedError {
+    #[error("cannot reach the pathdoc server at {server}: {source}")]
+    Connect {
+        server: SocketAddr,
+        source: ProtoError,
+    },
+    #[error("the server refused the test: {0}")]
+    Refused(String),
+    #[error("protocol error: {0}")]
+    Proto(#[from] ProtoError),
+    #[error("I/O error on a data stream: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the server stopped answering: {0}")]
+    Lost(String),
+}
+
+/// One complete test: the directions measured and both hosts' settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpeedRun {
+    pub mode: Mode,
+    pub congestion_control: Option<String>,
+    pub directions: Vec<DirectionResult>,
+    pub client_host: HostTcpSettings,
+    pub server_host: HostTcpSettings,
+}
+
+async fn open_data(
+    server: SocketAddr,
+    token: Option<String>,
+    session: pathdoc_proto::SessionId,
+    tag: u32,
+    opts: &SpeedOptions,
+) -> Result<Arc<std::net::TcpStream>, SpeedError> {
+    let socket = if server.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    if let Some(w) = opts.window {
+        // Before connect, so the window scale in our SYN matches the buffer.
+        socket.set_recv_buffer_size(w)?;
+        socket.set_send_buffer_size(w)?;
+    }
+    let stream = tokio::time::timeout(STEP_TIMEOUT, socket.connect(server))
+        .await
+        .map_err(|_| SpeedError::Connect {
+            server,
+            source: ProtoError::Timeout(STEP_TIMEOUT, "data connection"),
+        })?
+        .map_err(|e| SpeedError::Connect {
+            server,
+            source: e.into(),
+        })?;
+    let (conn, _) =
+        pathdoc_proto::handshake(stream, token, Channel::Data { session, tag }, STEP_TIMEOUT)
+            .await?;
+    let stream = conn.into_inner().into_std()?;
+    stream.set_nonblocking(false)?;
+    let sending = parse_tag(tag).0 == Direction::Upload;
+    configure(
+        &stream,
+        None,
+        if sending { opts.cc.as_deref() } else { None },
+    )?;
+    Ok(Arc::new(stream))
+}
+
+/// Run one test against `server`.
+pub async fn run_test(
+    server: SocketAddr,
+    token: Option<String>,
+    opts: &SpeedOptions,
+    progress: &dyn Progress,
+) -> Result<SpeedRun, SpeedError> {
+    let (conn, welcome) = pathdoc_proto::connect(
+        server,
+        token.clone(),
+        Channel::Control {
+            check: CheckKind::Speed,
+            resume: None,
+        },
+        STEP_TIMEOUT,
+    )
+    .await
+    .map_err(|source| SpeedError::Connect { server, source })?;
+    let (mut rd, mut wr) = conn.into_inner().into_split();
+    let spec = TestSpec {
+        mode: opts.mode,
+        streams: opts.streams,
+        duration_ms: opts.duration.as_millis() as u64,
+        bytes: opts.bytes,
+        server_cc: opts.cc.clone(),
+        window: opts.window,
+        interval_ms: opts.interval.as_millis() as u64,
+    };
+    write_frame(&mut wr, &ClientMsg::Start(spec.clone())).await?;
+    let (duration, server_host) = match timeout(
+        read_frame::<_, ServerMsg>(&mut rd),
+        "the test to be accepted",
+    )
+    .await??
+    {
+        ServerMsg::Accepted { duration_ms, host } => (Duration::from_millis(duration_ms), host),
+        ServerMsg::Refused { reason } => return Err(SpeedError::Refused(reason)),
+        other => return Err(SpeedError::Lost(format!("unexpected {other:?}"))),
+    };
+    if duration < opts.duration {
+        progress.note(&format!(
+            "throughput: the server caps tests at {:.0} s",
+            duration.as_secs_f64()
+        ));
+    }
+    let mut tags = Vec::new();
+    for d in [Direction::Upload, Direction::Download] {
+        let on = if d == Direction::Upload {
+            opts.mode.uploads()
+        } else {
+            opts.mode.downloads()
+        };
+        if on {
+            tags.extend((0..opts.streams).map(|i| stream_tag(d, i)));
+        }
+    }
+    let mut data = Vec::new();
+    for &tag in &tags {
+        data.push((
+            tag,
+            open_data(server, token.clone(), welcome.session, tag, opts).await?,
+        ));
+    }
+    let (tx, mut rx) = mpsc::channel::<Result<ServerMsg, ProtoError>>(64);
+    let reader = tokio::spawn(async move {
+        loop {
+            let msg = read_frame::<_, ServerMsg>(&mut rd).await;
+            let end = msg.is_err();
+            if tx.send(msg).await.is_err() || end {
+                return;
+            }
+        }
+    });
+    let result = drive(opts, &spec, duration, data, &mut wr, &mut rx, progress).await;
+    reader.abort();
+    let (client_samples, server_samples) = result?;
+    let client_host = crate::host::tcp_settings();
+    let directions = build_directions(
+        opts,
+        &client_samples,
+        &server_samples,
+        &client_host,
+        &server_host,
+        server.is_ipv6(),
+    );
+    Ok(SpeedRun {
+        mode: opts.mode,
+        congestion_control: opts.cc.clone(),
+        directions,
+        client_host,
+        server_host,
+    })
+}
+
+async fn timeout<T>(
+    f: impl std::future::Future<Output = T>,
+    what: &'static str,
+) -> Result<T, SpeedError> {
+    tokio::time::timeout(STEP_TIMEOUT, f).await.map_err(|_| {
+        SpeedError::Lost(format!(
+            "no answer within {STEP_TIMEOUT:?} waiting for {what}"
+        ))
+    })
+}
+
+type Samples = (Vec<SideSample>, Vec<SideSample>);
+
+async fn drive(
+    opts: &SpeedOptions,
+    spec: &TestSpec,
+    duration: Duration,
+    data: Vec<(u32, Arc<std::net::TcpStream>)>,
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    rx: &mut mpsc::Receiver<Result<ServerMsg, ProtoError>>,
+    progress: &dyn Progress,
+) -> Result<Samples, SpeedError> {
+    let mut server_samples = Vec::new();
+    match timeout(rx.recv(), "the test to start").await? {
+        Some(Ok(ServerMsg::Started)) => {}
+        Some(Ok(ServerMsg::Refused { reason })) => return Err(SpeedError::Refused(reason)),
+        Some(Ok(other)) => return Err(SpeedError::Lost(format!("unexpected {other:?}"))),
+        Some(Err(e)) => return Err(e.into()),
+        None => return Err(SpeedError::Lost("control connection closed".into())),
+    }
+    let t0 = Instant::now();
+    let cpu0 = pathdoc_sys::cpu_usage::process_cpu_time()
+        .map(|c| c.total())
+        .unwrap_or(0.0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let end = t0 + duration;
+    let per_stream = spec.bytes.map(|b| b / u64::from(spec.streams));
+    let mut streams = Vec::new();
+    for (tag, stream) in data {
+        let sending = parse_tag(tag).0 == Direction::Upload;
+        let budget = if sending {
+            per_stream.map(|b| {
+                if parse_tag(tag).1 == 0 {
+                    b + spec.bytes.unwrap_or(0) % u64::from(spec.streams)
+                } else {
+                    b
+                }
+            })
+        } else {
+            None
+        };
+        // Senders stop by themselves at the end; receivers wait for EOF (plus slack).
+        let deadline = if sending {
+            end
+        } else {
+            end + Duration::from_secs(5)
+        };
+        streams.push(RunningStream::start(
+            tag,
+            sending,
+            stream,
+            StopRule {
+                stop: stop.clone(),
+                deadline,
+                byte_budget: budget,
+            },
+        )?);
+    }
+    let mut client_samples = vec![side_sample(&streams, t0, cpu0)];
+    let mut tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + opts.interval, opts.interval);
+    let poll = Duration::from_millis(50);
+    let mut next_check = tokio::time::interval(poll);
+    let outcome: Result<(), SpeedError> = loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let s = side_sample(&streams, t0, cpu0);
+                report_progress(progress, &client_samples, &s, &server_samples, t0, duration);
+                client_samples.push(s);
+            }
+            _ = next_check.tick() => {
+                let now = Instant::now();
+                let bytes_done = spec.bytes.is_some() && streams.iter().all(|s| if s.sending { s.finished() && acked_all(s) } else { s.finished() });
+                if now >= end || bytes_done {
+                    break Ok(());
+                }
+            }
+            msg = rx.recv() => match msg {
+                Some(Ok(ServerMsg::Samples { sample })) => server_samples.push(sample),
+                Some(Ok(other)) => break Err(SpeedError::Lost(format!("unexpected {other:?} during the test"))),
+                Some(Err(e)) => break Err(e.into()),
+                None => break Err(SpeedError::Lost("control connection closed during the test".into())),
+            }
+        }
+    };
+    // The state at the end of the measured interval, then stop.
+    let last = side_sample(&streams, t0, cpu0);
+    if client_samples.last().is_none_or(|s| last.t - s.t > 0.05) {
+        client_samples.push(last);
+    } else if let Some(l) = client_samples.last_mut() {
+        *l = last;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let stop_sent = write_frame(wr, &ClientMsg::Stop).await;
+    let finished = if outcome.is_ok() && stop_sent.is_ok() {
+        let wait = async {
+            loop {
+                match rx.recv().await {
+                    Some(Ok(ServerMsg::Samples { sample })) => server_samples.push(sample),
+                    Some(Ok(ServerMsg::Finished { sample })) => {
+                        server_samples.push(sample);
+                        return Ok(());
+                    }
+                    Some(Ok(other)) => {
+                        return Err(SpeedError::Lost(format!("unexpected {other:?} at the end")))
+                    }
+                    Some(Err(e)) => return Err(e.into()),
+                    None => {
+                        return Err(SpeedError::Lost(
+                            "control connection closed before the results".into(),
+                        ))
+                    }
+                }
+            }
+        };
+        timeout(wait, "the server's results").await.and_then(|r| r)
+    } else {
+        Ok(())
+    };
+    let _ = tokio::task::spawn_blocking(move || {
+        for s in &mut streams {
+            let _ = s.join();
+        }
+    })
+    .await;
+    outcome?;
+    stop_sent?;
+    finished?;
+    Ok((client_samples, server_samples))
+}
+
+fn acked_all(s: &RunningStream) -> bool {
+    s.sample()
+        .is_ok_and(|x| x.info.unacked == 0 && x.info.notsent_bytes == 0)
+}
+
+fn report_progress(
+    progress: &dyn Progress,
+    client: &[SideSample],
+    now: &SideSample,
+    server: &[SideSample],
+    t0: Instant,
+    duration: Duration,
+) {
+    let mut parts = Vec::new();
+    for d in [Direction::Upload, Direction::Download] {
+        // Current rate from the sender side's acknowledged bytes.
+        let series: Vec<&SideSample> = match d {
+            Direction::Upload => client.iter().chain(std::iter::once(now)).collect(),
+            Direction::Download => server.iter().collect(),
+        };
+        if let [.., a, b] = series.as_slice() {
+            let acked = |s: &SideSample| sum(s, d, |x| x.info.bytes_acked);
+            let dt = b.t - a.t;
+            if dt > 0.0 && b.streams.iter().any(|x| parse_tag(x.tag).0 == d) {
+                parts.push(format!(
+                    "{} {}",
+                    d.short(),
+                    format_rate(acked(b).saturating_sub(acked(a)) as f64 * 8.0 / dt)
+                ));
+            }
+        }
+    }
+    let line = format!(
+        "throughput: {} ({:.0} of {:.0} s)",
+        parts.join(", "),
+        t0.elapsed().as_secs_f64(),
+        duration.as_secs_f64()
+    );
+    progress.status(&line);
+}
+
+fn streams_of(s: &SideSample, d: Direction) -> impl Iterator<Item = &StreamSample> {
+    s.streams.iter().filter(move |x| parse_tag(x.tag).0 == d)
+}
+
+fn sum(s: &SideSample, d: Direction, f: impl Fn(&StreamSample) -> u64) -> u64 {
+    streams_of(s, d).map(f).sum()
+}
+
+/// Turn both sides' samples into per-direction results (pure; unit-tested).
+pub fn build_directions(
+    opts: &SpeedOptions,
+    client: &[SideSample],
+    server: &[SideSample],
+    client_host: &HostTcpSettings,
+    server_host: &HostTcpSettings,
+    ipv6: bool,
+) -> Vec<DirectionResult> {
+    let mut out = Vec::new();
+    for d in [Direction::Upload, Direction::Download] {
+        let (senders, receivers, sender_side, receiver_side, sender_host, receiver_host) = match d {
+            Direction::Upload => (
+                client,
+                server,
+                Side::Client,
+                Side::Server,
+                client_host,
+                server_host,
+            ),
+            Direction::Download => (
+                server,
+                client,
+                Side::Server,
+                Side::Client,
+                server_host,
+                client_host,
+            ),
+        };
+        let on = if d == Direction::Upload {
+            opts.mode.uploads()
+        } else {
+            opts.mode.downloads()
+        };
+        if !on {
+            continue;
+        }
+        if let Some(r) = direction_result(
+            d,
+            opts,
+            senders,
+            receivers,
+            sender_side,
+            receiver_side,
+            sender_host,
+            receiver_host,
+            ipv6,
+        ) {
+            out.push(r);
+        }
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn direction_result(
+    d: Direction,
+    opts: &SpeedOptions,
+    senders: &[SideSample],
+    receivers: &[SideSample],
+    sender_side: Side,
+    receiver_side: Side,
+    sender_host: &HostTcpSettings,
+    receiver_host: &HostTcpSettings,
+    ipv6: bool,
+) -> Option<DirectionResult> {
+    let first = senders.first()?;
+    let last = senders.last()?;
+    let delta = |f: fn(&StreamSample) -> u64| sum(last, d, f).saturating_sub(sum(first, d, f));
+    let duration = last.t - first.t;
+    let payload = delta(|x| x.info.bytes_acked);
+    let goodput = if duration > 0.0 {
+        payload as f64 * 8.0 / duration
+    } else {
+        0.0
+    };
+    let infos: Vec<_> = streams_of(last, d).map(|x| x.info).collect();
+    let info0 = infos.first().copied().unwrap_or_default();
+    let mut intervals = Vec::new();
+    for (i, w) in senders.windows(2).enumerate() {
+        let (a, b) = (&w[0], &w[1]);
+        let dt = b.t - a.t;
+        if dt <= 0.0 {
+            continue;
+        }
+        let dsum = |f: fn(&StreamSample) -> u64| sum(b, d, f).saturating_sub(sum(a, d, f));
+        let busy = dsum(|x| x.info.busy_time);
+        let frac = |v: u64| {
+            if busy == 0 {
+                0.0
+            } else {
+                v as f64 / busy as f64
+            }
+        };
+        let bs: Vec<_> = streams_of(b, d).map(|x| x.info).collect();
+        let n = bs.len().max(1) as u64;
+        let goodput_i = dsum(|x| x.info.bytes_acked) as f64 * 8.0 / dt;
+        let sent = dsum(|x| x.info.bytes_sent);
+        let retrans_share = if sent == 0 {
+            0.0
+        } else {
+            dsum(|x| x.info.bytes_retrans) as f64 / sent as f64
+        };
+        let cpu = |s: &[SideSample]| match (s.get(i), s.get(i + 1)) {
+            (Some(x), Some(y)) if y.t > x.t => Some((y.cpu_seconds - x.cpu_seconds) / (y.t - x.t)),
+            _ => None,
+        };
+        intervals.push(Interval {
+            start_s: a.t,
+            end_s: b.t,
+            goodput_bps: goodput_i,
+            wire_ip_bps: wire_estimate(
+                goodput_i,
+                info0.snd_mss,
+                ipv6,
+                info0.timestamps(),
+                retrans_share,
+            )
+            .ip_bps,
+            retransmits: dsum(|x| u64::from(x.info.total_retrans)),
+            cwnd_bytes: bs.iter().map(|x| x.cwnd_bytes()).sum(),
+            snd_wnd_bytes: bs.iter().map(|x| u64::from(x.snd_wnd)).sum(),
+            rtt_us: (bs.iter().map(|x| u64::from(x.rtt)).sum::<u64>() / n) as u32,
+            min_rtt_us: bs
+                .iter()
+                .map(|x| x.min_rtt)
+                .filter(|&r| r > 0)
+                .min()
+                .unwrap_or(0),
+            delivery_rate_bps: bs.iter().map(|x| x.delivery_rate as f64 * 8.0).sum(),
+            pacing_rate_bps: bs.iter().map(|x| x.pacing_rate as f64 * 8.0).sum(),
+            rwnd_limited: frac(dsum(|x| x.info.rwnd_limited)),
+            sndbuf_limited: frac(dsum(|x| x.info.sndbuf_limited)),
+            sender_cpu_cores: cpu(senders),
+            receiver_cpu_cores: cpu(receivers),
+        });
+    }
+    let rtts: Vec<u32> = intervals
+        .iter()
+        .map(|i| i.rtt_us)
+        .filter(|&r| r > 0)
+        .collect();
+    let mean_rtt = if rtts.is_empty() {
+        info0.rtt
+    } else {
+        (rtts.iter().map(|&r| u64::from(r)).sum::<u64>() / rtts.len() as u64) as u32
+    };
+    let sender = SenderTotals {
+        bytes_sent: delta(|x| x.info.bytes_sent),
+        bytes_retrans: delta(|x| x.info.bytes_retrans),
+        bytes_acked: payload,
+        retransmits: delta(|x| u64::from(x.info.total_retrans)),
+        busy_us: delta(|x| x.info.busy_time),
+        rwnd_limited_us: delta(|x| x.info.rwnd_limited),
+        sndbuf_limited_us: delta(|x| x.info.sndbuf_limited),
+        min_rtt_us: infos
+            .iter()
+            .map(|x| x.min_rtt)
+            .filter(|&r| r > 0)
+            .min()
+            .unwrap_or(0),
+        mean_rtt_us: mean_rtt,
+        snd_mss: info0.snd_mss,
+        pmtu: info0.pmtu,
+        timestamps: info0.timestamps(),
+        max_snd_wnd: senders
+            .iter()
+            .flat_map(|s| streams_of(s, d))
+            .map(|x| u64::from(x.info.snd_wnd))
+            .max()
+            .unwrap_or(0),
+        max_cwnd_bytes: senders
+            .iter()
+            .flat_map(|s| streams_of(s, d))
+            .map(|x| x.info.cwnd_bytes())
+            .max()
+            .unwrap_or(0),
+        reord_seen: delta(|x| u64::from(x.info.reord_seen)),
+        dsack_dups: delta(|x| u64::from(x.info.dsack_dups)),
+        has_chronographs: info0.has(pathdoc_sys::tcp_info::field::SNDBUF_LIMITED),
+        congestion_control: opts
+            .cc
+            .clone()
+            .or_else(|| sender_host.default_cc.clone())
+            .unwrap_or_default(),
+    };
+    let cores = |s: &[SideSample]| match (s.first(), s.last()) {
+        (Some(a), Some(b)) if b.t > a.t => Some((b.cpu_seconds - a.cpu_seconds) / (b.t - a.t)),
+        _ => None,
+    };
+    let wire = wire_estimate(
+        goodput,
+        sender.snd_mss,
+        ipv6,
+        sender.timestamps,
+        if sender.bytes_acked == 0 {
+            0.0
+        } else {
+            sender.bytes_retrans as f64 / sender.bytes_acked as f64
+        },
+    );
+    Some(DirectionResult {
+        direction: d,
+        streams: streams_of(last, d).count() as u32,
+        duration_s: duration,
+        payload_bytes: payload,
+        goodput_bps: goodput,
+        wire,
+        ipv6,
+        sender_side,
+        receiver_side,
+        sender,
+        receiver_ooo_packets: receivers
+            .last()
+            .map(|s| sum(s, d, |x| u64::from(x.info.rcv_ooopack)))
+            .unwrap_or(0),
+        sender_cpu_cores: cores(senders),
+        receiver_cpu_cores: cores(receivers),
+        sender_cpus: sender_host.cpus,
+        receiver_cpus: receiver_host.cpus,
+        receiver_tcp_rmem: receiver_host.tcp_rmem,
+        sender_tcp_wmem: sender_host.tcp_wmem,
+        window_option: opts.window,
+        intervals,
+    })
+}

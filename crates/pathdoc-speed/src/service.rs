@@ -1,0 +1,392 @@
+//! Server side of the speed check: a [`Service`] that accepts a test spec on the control
+//! connection, attaches the session's data connections, runs their hot loops on threads and
+//! streams its TCP_INFO samples and CPU use back to the client.
+//!
+//! Bounds: at most [`MAX_STREAMS`] streams per direction, test length capped at the server's
+//! `max_test_duration`, every wait has a deadline, and the data threads stop on their own at the
+//! hard deadline even if the control connection vanishes.
+
+use std::collections::HashSet;
+use std::net::TcpStream;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pathdoc_proto::{read_frame, write_frame, CheckKind, FramedConn};
+use pathdoc_server::{Service, ServiceError, Session};
+use tokio::sync::{mpsc, oneshot, Notify};
+
+use crate::spec::{
+    parse_tag, stream_tag, ClientMsg, Direction, ServerMsg, SideSample, TestSpec, MAX_STREAMS,
+};
+use crate::stream::{configure, RunningStream, StopRule};
+
+/// How long the client has to attach all data connections after `Accepted`.
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a control connection may sit idle between tests.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Slack after the test's end before the server stops by itself.
+const GRACE: Duration = Duration::from_secs(3);
+
+/// The speed check's server side.
+#[derive(Debug, Default)]
+pub struct SpeedService;
+
+impl SpeedService {
+    pub fn new() -> Self {
+        SpeedService
+    }
+}
+
+#[derive(Default)]
+struct SessionState {
+    inner: Mutex<StateInner>,
+    attached: Notify,
+}
+
+#[derive(Default)]
+struct StateInner {
+    spec: Option<TestSpec>,
+    expected: HashSet<u32>,
+    attached: Vec<(u32, Arc<TcpStream>, oneshot::Sender<()>)>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Check a client's spec against the server's limits; the returned spec is what will run.
+pub fn validate(spec: &TestSpec, max_duration: Duration) -> Result<TestSpec, String> {
+    if spec.streams == 0 || spec.streams > MAX_STREAMS {
+        return Err(format!(
+            "streams must be 1..={MAX_STREAMS}, got {}",
+            spec.streams
+        ));
+    }
+    if spec.duration_ms == 0 {
+        return Err("test duration must be positive".into());
+    }
+    if !(100..=5000).contains(&spec.interval_ms) {
+        return Err(format!(
+            "sampling interval must be 100..=5000 ms, got {}",
+            spec.interval_ms
+        ));
+    }
+    if let Some(w) = spec.window {
+        if !(4096..=(1 << 30)).contains(&w) {
+            return Err(format!("window must be 4 KiB..1 GiB, got {w}"));
+        }
+    }
+    if let Some(cc) = &spec.server_cc {
+        if cc.is_empty()
+            || cc.len() > 15
+            || !cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
+            return Err(format!("invalid congestion control name {cc:?}"));
+        }
+    }
+    let mut out = spec.clone();
+    out.duration_ms = spec.duration_ms.min(max_duration.as_millis() as u64);
+    Ok(out)
+}
+
+fn tags(spec: &TestSpec) -> HashSet<u32> {
+    let mut t = HashSet::new();
+    for i in 0..spec.streams {
+        if spec.mode.uploads() {
+            t.insert(stream_tag(Direction::Upload, i));
+        }
+        if spec.mode.downloads() {
+            t.insert(stream_tag(Direction::Download, i));
+        }
+    }
+    t
+}
+
+/// Whether this host accepts `cc` on a TCP socket (loads the module when allowed).
+fn cc_usable(cc: &str) -> Result<(), String> {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .map_err(|e| e.to_string())?;
+    pathdoc_sys::tcp_info::set_congestion_control(&sock, cc)
+        .map_err(|e| format!("the server cannot use congestion control {cc:?}: {e}"))
+}
+
+pub(crate) fn side_sample(streams: &[RunningStream], t0: Instant, cpu0: f64) -> SideSample {
+    let cpu = pathdoc_sys::cpu_usage::process_cpu_time()
+        .map(|c| c.total())
+        .unwrap_or(cpu0);
+    SideSample {
+        t: t0.elapsed().as_secs_f64(),
+        cpu_seconds: cpu - cpu0,
+        streams: streams.iter().filter_map(|s| s.sample().ok()).collect(),
+    }
+}
+
+#[async_trait]
+impl Service for SpeedService {
+    fn check(&self) -> CheckKind {
+        CheckKind::Speed
+    }
+
+    async fn control(
+        &self,
+        session: Arc<Session>,
+        conn: FramedConn,
+        _resumed: bool,
+    ) -> Result<(), ServiceError> {
+        let state = session.state::<SessionState>();
+        let (mut rd, mut wr) = conn.into_inner().into_split();
+        let (tx, mut rx) = mpsc::channel::<Result<ClientMsg, pathdoc_proto::ProtoError>>(4);
+        let reader = tokio::spawn(async move {
+            loop {
+                let msg = read_frame::<_, ClientMsg>(&mut rd).await;
+                let end = msg.is_err();
+                if tx.send(msg).await.is_err() || end {
+                    return;
+                }
+            }
+        });
+        let result = async {
+            loop {
+                let msg = match tokio::time::timeout(IDLE_TIMEOUT, rx.recv()).await {
+                    Err(_) => return Ok(()),
+                    Ok(None) | Ok(Some(Err(pathdoc_proto::ProtoError::Closed))) => return Ok(()),
+                    Ok(Some(Err(e))) => return Err(e.into()),
+                    Ok(Some(Ok(m))) => m,
+                };
+                let ClientMsg::Start(spec) = msg else {
+                    continue;
+                };
+                let checked = validate(&spec, session.limits.max_test_duration)
+                    .and_then(|s| s.server_cc.as_deref().map(cc_usable).transpose().map(|_| s));
+                let spec = match checked {
+                    Ok(s) => s,
+                    Err(reason) => {
+                        write_frame(&mut wr, &ServerMsg::Refused { reason }).await?;
+                        continue;
+                    }
+                };
+                run_one_test(&session, &state, spec, &mut wr, &mut rx).await?;
+            }
+        }
+        .await;
+        reader.abort();
+        let mut inner = lock(&state.inner);
+        inner.spec = None;
+        inner.expected.clear();
+        inner.attached.clear();
+        result
+    }
+
+    async fn data(
+        &self,
+        session: Arc<Session>,
+        tag: u32,
+        conn: FramedConn,
+    ) -> Result<(), ServiceError> {
+        let state = session.state::<SessionState>();
+        let stream = conn.into_inner().into_std()?;
+        stream.set_nonblocking(false)?;
+        let (done_tx, done_rx) = oneshot::channel();
+        {
+            let mut inner = lock(&state.inner);
+            let Some(spec) = inner.spec.clone() else {
+                return Err(ServiceError::BadRequest(
+                    "data connection before a test was started".into(),
+                ));
+            };
+            if !inner.expected.remove(&tag) {
+                return Err(ServiceError::BadRequest(format!(
+                    "unexpected data stream tag {tag:#x}"
+                )));
+            }
+            let sending = parse_tag(tag).0 == Direction::Download;
+            configure(
+                &stream,
+                spec.window,
+                if sending {
+                    spec.server_cc.as_deref()
+                } else {
+                    None
+                },
+            )?;
+            inner.attached.push((tag, Arc::new(stream), done_tx));
+        }
+        state.attached.notify_one();
+        // Keep the connection (and its permit) alive until the test is over.
+        let limit = session.limits.max_test_duration + ATTACH_TIMEOUT + GRACE * 4;
+        let _ = tokio::time::timeout(limit, done_rx).await;
+        Ok(())
+    }
+}
+
+async fn run_one_test(
+    session: &Session,
+    state: &SessionState,
+    spec: TestSpec,
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    rx: &mut mpsc::Receiver<Result<ClientMsg, pathdoc_proto::ProtoError>>,
+) -> Result<(), ServiceError> {
+    let want = tags(&spec);
+    {
+        let mut inner = lock(&state.inner);
+        inner.spec = Some(spec.clone());
+        inner.expected = want.clone();
+        inner.attached.clear();
+    }
+    write_frame(
+        wr,
+        &ServerMsg::Accepted {
+            duration_ms: spec.duration_ms,
+            host: crate::host::tcp_settings(),
+        },
+    )
+    .await?;
+    let attach_deadline = Instant::now() + ATTACH_TIMEOUT;
+    loop {
+        if lock(&state.inner).attached.len() == want.len() {
+            break;
+        }
+        let left = attach_deadline.saturating_duration_since(Instant::now());
+        if left.is_zero()
+            || tokio::time::timeout(left, state.attached.notified())
+                .await
+                .is_err()
+        {
+            let reason = {
+                let mut inner = lock(&state.inner);
+                let reason = format!(
+                    "only {} of {} data connections arrived within {:?}",
+                    inner.attached.len(),
+                    want.len(),
+                    ATTACH_TIMEOUT
+                );
+                inner.spec = None;
+                inner.attached.clear();
+                reason
+            };
+            write_frame(wr, &ServerMsg::Refused { reason }).await?;
+            return Ok(());
+        }
+    }
+    let attached = std::mem::take(&mut lock(&state.inner).attached);
+    lock(&state.inner).spec = None;
+    let duration = Duration::from_millis(spec.duration_ms);
+    let t0 = Instant::now();
+    let cpu0 = pathdoc_sys::cpu_usage::process_cpu_time()
+        .map(|c| c.total())
+        .unwrap_or(0.0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let hard_end = t0 + duration + GRACE;
+    let per_stream = spec.bytes.map(|b| b / u64::from(spec.streams));
+    let mut streams = Vec::new();
+    let mut done = Vec::new();
+    for (tag, stream, done_tx) in attached {
+        let sending = parse_tag(tag).0 == Direction::Download;
+        let budget = if sending {
+            per_stream.map(|b| {
+                if parse_tag(tag).1 == 0 {
+                    b + spec.bytes.unwrap_or(0) % u64::from(spec.streams)
+                } else {
+                    b
+                }
+            })
+        } else {
+            None
+        };
+        let rule = StopRule {
+            stop: stop.clone(),
+            deadline: hard_end,
+            byte_budget: budget,
+        };
+        streams.push(RunningStream::start(tag, sending, stream, rule)?);
+        done.push(done_tx);
+    }
+    streams.sort_by_key(|s| s.tag);
+    write_frame(wr, &ServerMsg::Started).await?;
+    let first = side_sample(&streams, t0, cpu0);
+    write_frame(wr, &ServerMsg::Samples { sample: first }).await?;
+    let mut tick = tokio::time::interval_at(
+        tokio::time::Instant::now() + Duration::from_millis(spec.interval_ms),
+        Duration::from_millis(spec.interval_ms),
+    );
+    let outcome: Result<(), ServiceError> = loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let sample = side_sample(&streams, t0, cpu0);
+                if let Err(e) = write_frame(wr, &ServerMsg::Samples { sample }).await {
+                    break Err(e.into());
+                }
+            }
+            msg = rx.recv() => match msg {
+                Some(Ok(ClientMsg::Stop)) => break Ok(()),
+                Some(Ok(ClientMsg::Start(_))) => break Err(ServiceError::BadRequest("Start while a test is running".into())),
+                Some(Err(e)) => break Err(e.into()),
+                None => break Ok(()),
+            },
+            _ = tokio::time::sleep_until(hard_end.into()) => break Ok(()),
+            _ = session.cancel.cancelled() => break Ok(()),
+        }
+    };
+    // The state at the moment the client said stop: the end of the measured interval.
+    let last = side_sample(&streams, t0, cpu0);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let joined = tokio::task::spawn_blocking(move || {
+        for s in &mut streams {
+            let _ = s.join();
+        }
+    })
+    .await;
+    if joined.is_err() {
+        tracing::warn!("speed data threads panicked");
+    }
+    for d in done {
+        let _ = d.send(());
+    }
+    outcome?;
+    write_frame(wr, &ServerMsg::Finished { sample: last }).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Mode;
+
+    fn spec() -> TestSpec {
+        TestSpec {
+            mode: Mode::Both,
+            streams: 2,
+            duration_ms: 5000,
+            bytes: None,
+            server_cc: None,
+            window: None,
+            interval_ms: 1000,
+        }
+    }
+
+    #[test]
+    fn validation_bounds_every_field() {
+        let max = Duration::from_secs(3);
+        assert_eq!(
+            validate(&spec(), max).unwrap().duration_ms,
+            3000,
+            "capped at the server limit"
+        );
+        let bad: &[fn(&mut TestSpec)] = &[
+            |s| s.streams = 0,
+            |s| s.streams = MAX_STREAMS + 1,
+            |s| s.duration_ms = 0,
+            |s| s.interval_ms = 10,
+            |s| s.window = Some(1),
+            |s| s.server_cc = Some("../../etc".into()),
+        ];
+        for tweak in bad {
+            let mut s = spec();
+            tweak(&mut s);
+            assert!(validate(&s, max).is_err(), "{s:?}");
+        }
+        assert_eq!(tags(&spec()).len(), 4);
+    }
+}

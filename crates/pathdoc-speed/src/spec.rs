@@ -1,0 +1,191 @@
+//! The speed check's control messages and test parameters (JSON frames on the control connection).
+//!
+//! Flow: client `Start` → server `Accepted` (or `Refused`) → client opens the data connections
+//! (Channel::Data, tag = [`stream_tag`]) → server `Started` once all are attached → both sides
+//! move bulk data; the server sends `Samples` every interval → client `Stop` → server `Finished`
+//! with its last samples. Data connections carry raw bytes only, after the pathdoc handshake.
+
+use serde::{Deserialize, Serialize};
+
+use pathdoc_sys::tcp_info::TcpInfo;
+
+/// Most data streams per direction a client may ask for (bounds server threads and memory).
+pub const MAX_STREAMS: u32 = 8;
+/// Tag bit of data connections on which the server sends (download direction).
+pub const DOWNLOAD_TAG: u32 = 0x1000;
+
+/// Which way the bulk data flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Client → server.
+    Upload,
+    /// Server → client (`--reverse`).
+    Download,
+    /// Both at once (`--bidir`).
+    Both,
+}
+
+impl Mode {
+    pub fn uploads(self) -> bool {
+        matches!(self, Mode::Upload | Mode::Both)
+    }
+    pub fn downloads(self) -> bool {
+        matches!(self, Mode::Download | Mode::Both)
+    }
+}
+
+/// One measured direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Direction {
+    Upload,
+    Download,
+}
+
+impl Direction {
+    pub fn label(self) -> &'static str {
+        match self {
+            Direction::Upload => "upload (client→server)",
+            Direction::Download => "download (server→client)",
+        }
+    }
+    pub fn short(self) -> &'static str {
+        match self {
+            Direction::Upload => "upload",
+            Direction::Download => "download",
+        }
+    }
+}
+
+/// Tag of data stream `index` in `direction`.
+pub fn stream_tag(direction: Direction, index: u32) -> u32 {
+    match direction {
+        Direction::Upload => index,
+        Direction::Download => DOWNLOAD_TAG | index,
+    }
+}
+
+/// Direction and index of a data-stream tag.
+pub fn parse_tag(tag: u32) -> (Direction, u32) {
+    if tag & DOWNLOAD_TAG != 0 {
+        (Direction::Download, tag & !DOWNLOAD_TAG)
+    } else {
+        (Direction::Upload, tag)
+    }
+}
+
+/// What the client asks the server to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestSpec {
+    pub mode: Mode,
+    /// Streams per direction (1..=[`MAX_STREAMS`]).
+    pub streams: u32,
+    /// Test length; the server caps it at its `max_test_duration`.
+    pub duration_ms: u64,
+    /// Stop each direction after this many payload bytes instead (still bounded by the duration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// Congestion control for the server's sending sockets (download).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_cc: Option<String>,
+    /// SO_SNDBUF/SO_RCVBUF for the server's data sockets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<u32>,
+    /// Sampling interval for the server's `Samples`.
+    pub interval_ms: u64,
+}
+
+/// The server's TCP memory settings, for remedies that name the server side.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostTcpSettings {
+    /// `net.ipv4.tcp_rmem` (min, default, max).
+    pub tcp_rmem: Option<[u64; 3]>,
+    /// `net.ipv4.tcp_wmem` (min, default, max).
+    pub tcp_wmem: Option<[u64; 3]>,
+    pub rmem_max: Option<u64>,
+    pub wmem_max: Option<u64>,
+    /// `net.ipv4.tcp_congestion_control`.
+    pub default_cc: Option<String>,
+    pub cpus: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "type")]
+pub enum ClientMsg {
+    Start(TestSpec),
+    Stop,
+}
+
+/// One data stream's state at a sampling instant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamSample {
+    pub tag: u32,
+    /// Payload bytes the application wrote (sender) or read (receiver) so far.
+    pub app_bytes: u64,
+    pub info: TcpInfo,
+}
+
+/// One side's state at a sampling instant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SideSample {
+    /// Seconds since the data started on this side.
+    pub t: f64,
+    /// Process CPU seconds (user + system) since the data started.
+    pub cpu_seconds: f64,
+    pub streams: Vec<StreamSample>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "type")]
+pub enum ServerMsg {
+    Accepted {
+        duration_ms: u64,
+        host: HostTcpSettings,
+    },
+    Refused {
+        reason: String,
+    },
+    Started,
+    Samples {
+        sample: SideSample,
+    },
+    Finished {
+        sample: SideSample,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_round_trip() {
+        for d in [Direction::Upload, Direction::Download] {
+            for i in 0..MAX_STREAMS {
+                assert_eq!(parse_tag(stream_tag(d, i)), (d, i));
+            }
+        }
+    }
+
+    #[test]
+    fn messages_serialize_compactly() {
+        let s = SideSample {
+            t: 1.0,
+            cpu_seconds: 0.5,
+            streams: (0..MAX_STREAMS * 2)
+                .map(|tag| StreamSample {
+                    tag,
+                    app_bytes: u64::MAX,
+                    info: TcpInfo::default(),
+                })
+                .collect(),
+        };
+        let json = serde_json::to_vec(&ServerMsg::Finished { sample: s }).unwrap();
+        assert!(
+            json.len() < pathdoc_proto::MAX_FRAME,
+            "{} bytes",
+            json.len()
+        );
+    }
+}
