@@ -3,3 +3,4 @@ pub mod netns;
 pub mod tcp_info;
 pub mod pmtu;
 pub mod saved_syn;
+pub mod cpu_usage;
