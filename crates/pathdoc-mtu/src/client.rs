@@ -1,0 +1,491 @@
+//! The client side of the mtu check: drives the server over the control connection, sends
+//! client→server probes from its own DF socket, receives server→client probes, and hands the
+//! tallies to [`crate::analysis`] and [`crate::verdict`].
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pathdoc_core::{Finding, Progress};
+use pathdoc_proto::{Channel, CheckKind, FramedConn, ProtoError, SessionId, UdpHeader};
+use pathdoc_sys::pmtu;
+use tokio::io::AsyncReadExt;
+
+use crate::analysis::{self, BulkRun, Direction, HopReply, MssObservation, TtlRow};
+use crate::search::Search;
+use crate::server::{icmp_list, probe_datagram, send_probe};
+use crate::verdict::{self, DirectionData, MtuData, ProbeRow};
+use crate::wire::*;
+
+/// Settings of one run; the CLI's `--mtu-…` flags fill these.
+#[derive(Debug, Clone)]
+pub struct MtuOptions {
+    /// Smallest and largest IP datagram size to probe.
+    pub min_size: u16,
+    pub max_size: u16,
+    /// Attempts per size (ICMP rate limits and loss).
+    pub attempts: u8,
+    /// How long to wait for probes and ICMP after each round.
+    pub wait: Duration,
+    /// Most search rounds per direction.
+    pub rounds: usize,
+    /// Highest TTL of the hop-location scan (0 = skip locating).
+    pub max_ttl: u8,
+    /// Length of each bulk download (zero = skip).
+    pub bulk: Duration,
+    /// Skip the MSS handshake comparison.
+    pub skip_mss: bool,
+    pub connect_timeout: Duration,
+}
+
+impl Default for MtuOptions {
+    fn default() -> Self {
+        MtuOptions {
+            min_size: 576,
+            max_size: 1500,
+            attempts: 3,
+            wait: Duration::from_millis(300),
+            rounds: 6,
+            max_ttl: 12,
+            bulk: Duration::from_millis(1000),
+            skip_mss: false,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Errors that stop the check.
+#[derive(Debug, thiserror::Error)]
+pub enum MtuError {
+    #[error(transparent)]
+    Proto(#[from] ProtoError),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("server: {0}")]
+    Server(String),
+    #[error("unexpected reply from the server: {0}")]
+    Unexpected(String),
+    #[error("invalid option: {0}")]
+    Options(String),
+}
+
+/// Findings plus the probe table for `report.data["mtu"]`.
+#[derive(Debug, Clone)]
+pub struct MtuResult {
+    pub findings: Vec<Finding>,
+    pub data: MtuData,
+}
+
+const REPLY_DEADLINE: Duration = Duration::from_secs(5);
+
+async fn ask(conn: &mut FramedConn, req: &Request) -> Result<Reply, MtuError> {
+    conn.send(req).await?;
+    match conn.recv_timeout::<Reply>(REPLY_DEADLINE, "the server's mtu reply").await? {
+        Reply::Error { message } => Err(MtuError::Server(message)),
+        r => Ok(r),
+    }
+}
+
+fn unspecified_like(addr: &SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V4(_) => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+        SocketAddr::V6(_) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
+    }
+}
+
+/// Ids of server→client probes that arrived on the client's receive socket.
+type Arrivals = Arc<Mutex<HashSet<u32>>>;
+
+fn spawn_receiver(sock: tokio::net::UdpSocket, session: SessionId, arrivals: Arrivals) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((n, _)) = sock.recv_from(&mut buf).await {
+            if let Ok((h, payload)) = UdpHeader::decode(&buf[..n]) {
+                if h.session == session && h.kind == KIND_DOWN_PROBE {
+                    if let Some(f) = ProbeFields::decode(payload) {
+                        let mut a = arrivals.lock().unwrap_or_else(|p| p.into_inner());
+                        if a.len() < 65536 {
+                            a.insert(f.id);
+                        }
+                    }
+                }
+            }
+        }
+    })
+}
+
+fn rows_of(tally: &std::collections::BTreeMap<u16, crate::search::Tally>) -> Vec<ProbeRow> {
+    tally.iter().rev().map(|(s, t)| ProbeRow { size: *s, sent: t.sent, received: t.received }).collect()
+}
+
+/// Run the whole mtu check against `server`.
+pub async fn run_check(server: SocketAddr, token: Option<String>, opts: &MtuOptions, progress: &dyn Progress) -> Result<MtuResult, MtuError> {
+    if opts.min_size < MIN_PROBE_SIZE || opts.max_size > MAX_PROBE_SIZE || opts.min_size > opts.max_size {
+        return Err(MtuError::Options(format!("probe sizes must satisfy {MIN_PROBE_SIZE} ≤ min ≤ max ≤ {MAX_PROBE_SIZE}")));
+    }
+    if opts.attempts == 0 || opts.attempts > MAX_ATTEMPTS || opts.wait.as_millis() > u128::from(MAX_WAIT_MS) {
+        return Err(MtuError::Options(format!("attempts must be 1..={MAX_ATTEMPTS} and the wait at most {MAX_WAIT_MS} ms")));
+    }
+    progress.status("mtu: connecting");
+    let (mut conn, welcome) = pathdoc_proto::connect(server, token.clone(), Channel::Control { check: CheckKind::Mtu, resume: None }, opts.connect_timeout).await?;
+    let session = welcome.session;
+    let ipv6 = server.is_ipv6();
+    let mut data = MtuData { server: server.to_string(), ipv6, ..Default::default() };
+    if let Reply::Started { tcp_mtu_probing } = ask(&mut conn, &Request::Start).await? {
+        data.server_tcp_mtu_probing = tcp_mtu_probing;
+    }
+    let wait_ms = opts.wait.as_millis() as u32;
+
+    // --- server → client ---------------------------------------------------------------
+    progress.status("mtu: opening the server→client probe path");
+    let rx = UdpSocket::bind(unspecified_like(&server))?;
+    rx.set_nonblocking(true)?;
+    let rx = tokio::net::UdpSocket::from_std(rx)?;
+    let mut open = Vec::new();
+    UdpHeader { session, kind: KIND_OPEN }.encode(&mut open);
+    open.extend_from_slice(&[0u8; 8]);
+    let mut down_target = None;
+    let open_deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < open_deadline {
+        let _ = rx.send_to(&open, server).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Reply::DownTarget { client_udp: Some(addr), route_mtu } = ask(&mut conn, &Request::DownTarget).await? {
+            down_target = Some((addr, route_mtu));
+            break;
+        }
+    }
+    let arrivals: Arrivals = Arc::default();
+    let receiver = spawn_receiver(rx, session, arrivals.clone());
+    let mut round = 0u32;
+    if let Some((addr, route_mtu)) = down_target {
+        data.client_observed = Some(addr.to_string());
+        let max = route_mtu.map_or(opts.max_size, |m| opts.max_size.min(m.min(u32::from(u16::MAX)) as u16));
+        let mut search = Search::new(opts.min_size, max);
+        let mut icmp = Vec::new();
+        for _ in 0..opts.rounds {
+            let sizes = search.next_sizes(8);
+            if sizes.is_empty() {
+                break;
+            }
+            round += 1;
+            progress.status(&format!("mtu: server→client round {round}: {} sizes", sizes.len()));
+            let probes = sizes.iter().map(|&size| ProbeSpec { size, ttl: None }).collect();
+            let reply = ask(&mut conn, &Request::ProbeDown { round, probes, attempts: opts.attempts, wait_ms }).await?;
+            let Reply::DownSent { probes: sent, icmp: seen, .. } = reply else {
+                return Err(MtuError::Unexpected(format!("{reply:?}")));
+            };
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            tally_down(&mut search, &sent, &arrivals);
+            for e in &seen {
+                if let Some(m) = e.mtu {
+                    search.hint(m);
+                }
+            }
+            icmp.extend(seen);
+        }
+        let outcome = analysis::classify(&search, &icmp);
+        data.down = Some(DirectionData {
+            direction: Direction::ServerToClient,
+            max_probed: search.max(),
+            local_limit: search.local_limit(),
+            probes: rows_of(search.tallies()),
+            icmp,
+            outcome,
+            ttl_scan: Vec::new(),
+            location: None,
+        });
+    } else {
+        data.notes.push("server→client probes skipped: the server never saw the client's UDP datagram (UDP to the server port blocked?)".into());
+    }
+
+    // --- client → server ---------------------------------------------------------------
+    let tx = UdpSocket::bind(unspecified_like(&server))?;
+    tx.connect(server)?;
+    pmtu::make_probe_socket(&tx)?;
+    let overhead = pmtu::udp_overhead(&server);
+    let max = pmtu::route_mtu(&tx).map_or(opts.max_size, |m| opts.max_size.min(m.min(u32::from(u16::MAX)) as u16));
+    let mut search = Search::new(opts.min_size, max);
+    let mut icmp = Vec::new();
+    let mut next_id = 0u32;
+    let mut up_round = 0u32;
+    for _ in 0..opts.rounds {
+        let sizes = search.next_sizes(8);
+        if sizes.is_empty() {
+            break;
+        }
+        up_round += 1;
+        progress.status(&format!("mtu: client→server round {up_round}: {} sizes", sizes.len()));
+        let _ = pmtu::drain_error_queue(&tx);
+        let mut sent: Vec<(u32, u16, bool)> = Vec::new();
+        for &size in &sizes {
+            for _ in 0..opts.attempts {
+                next_id += 1;
+                let d = probe_datagram(session, KIND_UP_PROBE, ProbeFields { round: up_round, id: next_id, size, ttl: 64 }, overhead);
+                let local = match send_probe(&tx, &d) {
+                    Ok(()) => false,
+                    Err(too_big) => {
+                        if too_big {
+                            search.record_local_limit(size);
+                        }
+                        true
+                    }
+                };
+                sent.push((next_id, size, local));
+            }
+        }
+        tokio::time::sleep(opts.wait).await;
+        let seen = icmp_list(&pmtu::drain_error_queue(&tx)?);
+        let Reply::UpReceived { ids, .. } = ask(&mut conn, &Request::UpReceived { round: up_round }).await? else {
+            return Err(MtuError::Unexpected("expected up-received".into()));
+        };
+        let ids: HashSet<u32> = ids.into_iter().collect();
+        let mut per: HashMap<u16, (u32, u32)> = HashMap::new();
+        for (id, size, local) in sent {
+            if local {
+                continue;
+            }
+            let e = per.entry(size).or_default();
+            e.0 += 1;
+            e.1 += u32::from(ids.contains(&id));
+        }
+        for (size, (s, r)) in per {
+            search.record(size, s, r);
+        }
+        for e in &seen {
+            if let Some(m) = e.mtu {
+                search.hint(m);
+            }
+        }
+        icmp.extend(seen);
+    }
+    let outcome = analysis::classify(&search, &icmp);
+    data.up = Some(DirectionData {
+        direction: Direction::ClientToServer,
+        max_probed: search.max(),
+        local_limit: search.local_limit(),
+        probes: rows_of(search.tallies()),
+        icmp,
+        outcome,
+        ttl_scan: Vec::new(),
+        location: None,
+    });
+
+    // --- where: TTL scans ---------------------------------------------------------------
+    if opts.max_ttl > 0 {
+        if let Some(d) = data.up.as_mut().filter(|d| d.outcome.has_drop()) {
+            progress.status("mtu: locating the client→server MTU drop");
+            let mtu = d.outcome.mtu().unwrap_or(opts.min_size);
+            let (big, small) = (mtu.saturating_add(1), mtu.min(576));
+            let mut sent: Vec<(u32, u8, bool)> = Vec::new();
+            let _ = pmtu::drain_error_queue(&tx);
+            up_round += 1;
+            for ttl in 1..=opts.max_ttl {
+                pmtu::set_ttl(&tx, ttl)?;
+                for (size, is_big) in [(big, true), (small, false)] {
+                    for _ in 0..2 {
+                        next_id += 1;
+                        let dg = probe_datagram(session, KIND_UP_PROBE, ProbeFields { round: up_round, id: next_id, size, ttl }, overhead);
+                        if send_probe(&tx, &dg).is_ok() {
+                            sent.push((next_id, ttl, is_big));
+                        }
+                    }
+                }
+            }
+            pmtu::set_ttl(&tx, 64)?;
+            tokio::time::sleep(opts.wait.max(Duration::from_millis(300))).await;
+            let seen = icmp_list(&pmtu::drain_error_queue(&tx)?);
+            let rows = ttl_rows(opts.max_ttl, &sent, &seen);
+            d.location = analysis::locate(&rows, ptb_source(&d.outcome));
+            d.ttl_scan = rows;
+        }
+        if let Some(d) = data.down.as_mut().filter(|d| d.outcome.has_drop()) {
+            progress.status("mtu: locating the server→client MTU drop");
+            let mtu = d.outcome.mtu().unwrap_or(opts.min_size);
+            let (big, small) = (mtu.saturating_add(1), mtu.min(576));
+            let probes: Vec<ProbeSpec> = (1..=opts.max_ttl)
+                .flat_map(|ttl| [ProbeSpec { size: big, ttl: Some(ttl) }, ProbeSpec { size: small, ttl: Some(ttl) }])
+                .collect();
+            round += 1;
+            let wait = wait_ms.max(300);
+            if let Reply::DownSent { probes: sent, icmp: seen, .. } = ask(&mut conn, &Request::ProbeDown { round, probes, attempts: 2, wait_ms: wait }).await? {
+                let sent: Vec<(u32, u8, bool)> =
+                    sent.iter().filter(|p| !p.local_error).map(|p| (p.id, p.ttl.unwrap_or(64), p.size == big)).collect();
+                let rows = ttl_rows(opts.max_ttl, &sent, &seen);
+                d.location = analysis::locate(&rows, ptb_source(&d.outcome));
+                d.ttl_scan = rows;
+            }
+        }
+    }
+
+    // --- MSS both ways ------------------------------------------------------------------
+    if !opts.skip_mss {
+        progress.status("mtu: comparing the handshake MSS both ways");
+        match mss_check(&mut conn, server, ipv6).await {
+            Ok(obs) => {
+                data.mss_comparison = analysis::compare_mss(&obs);
+                data.mss = Some(obs);
+            }
+            Err(e) => data.notes.push(format!("MSS comparison skipped: {e}")),
+        }
+    }
+
+    // --- the symptom: bulk download -----------------------------------------------------
+    if !opts.bulk.is_zero() {
+        progress.status("mtu: timing a bulk download with full-size segments");
+        match bulk_download(&mut conn, server, token.clone(), session, None, opts).await {
+            Ok(full) => {
+                data.bulk_full = Some(full);
+                let reduced_mss = data.down.as_ref().filter(|d| d.outcome.has_drop()).and_then(|d| d.outcome.mtu()).map(|m| u32::from(m).saturating_sub(if ipv6 { 60 } else { 40 }));
+                if let Some(mss) = reduced_mss {
+                    progress.status(&format!("mtu: timing the same download with MSS {mss}"));
+                    match bulk_download(&mut conn, server, token.clone(), session, Some(mss), opts).await {
+                        Ok(r) => data.bulk_reduced = Some(r),
+                        Err(e) => data.notes.push(format!("reduced-MSS download failed: {e}")),
+                    }
+                }
+            }
+            Err(e) => data.notes.push(format!("bulk download skipped: {e}")),
+        }
+    }
+
+    let _ = conn.send(&Request::Done).await;
+    receiver.abort();
+    let findings = verdict::findings(&data);
+    Ok(MtuResult { findings, data })
+}
+
+fn ptb_source(o: &analysis::Outcome) -> Option<IpAddr> {
+    match o {
+        analysis::Outcome::Signalled { ptb_from, .. } | analysis::Outcome::BadSuggestion { ptb_from, .. } => *ptb_from,
+        _ => None,
+    }
+}
+
+fn tally_down(search: &mut Search, sent: &[SentProbe], arrivals: &Arrivals) {
+    let got = arrivals.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut per: HashMap<u16, (u32, u32)> = HashMap::new();
+    for p in sent {
+        if p.local_error {
+            search.record_local_limit(p.size);
+            continue;
+        }
+        let e = per.entry(p.size).or_default();
+        e.0 += 1;
+        e.1 += u32::from(got.contains(&p.id));
+    }
+    for (size, (s, r)) in per {
+        search.record(size, s, r);
+    }
+}
+
+/// Group ICMP answers of a TTL scan by TTL and probe size. `sent` is (id, ttl, is_big).
+fn ttl_rows(max_ttl: u8, sent: &[(u32, u8, bool)], seen: &[IcmpSeen]) -> Vec<TtlRow> {
+    let by_id: HashMap<u32, (u8, bool)> = sent.iter().map(|&(id, ttl, big)| (id, (ttl, big))).collect();
+    let mut rows: Vec<TtlRow> = (1..=max_ttl).map(|ttl| TtlRow { ttl, big: None, small: None }).collect();
+    for e in seen {
+        let Some(&(ttl, big)) = e.id.and_then(|id| by_id.get(&id)) else { continue };
+        let Some(row) = rows.get_mut(usize::from(ttl) - 1) else { continue };
+        let slot = if big { &mut row.big } else { &mut row.small };
+        let reply = HopReply { kind: e.kind, from: e.from, mtu: e.mtu };
+        // Too-big is the more specific answer; keep it over time-exceeded.
+        if slot.is_none() || e.kind == IcmpKind::TooBig {
+            *slot = Some(reply);
+        }
+    }
+    // Stop the table after the destination: rows past two silent TTLs add nothing.
+    let last = rows.iter().rposition(|r| r.big.is_some() || r.small.is_some()).map_or(0, |i| i + 2);
+    rows.truncate(last.min(rows.len()));
+    rows
+}
+
+async fn mss_check(conn: &mut FramedConn, server: SocketAddr, ipv6: bool) -> Result<MssObservation, MtuError> {
+    let Reply::MssListening { port } = ask(conn, &Request::MssListen).await? else {
+        return Err(MtuError::Unexpected("expected mss-listening".into()));
+    };
+    let addr = SocketAddr::new(server.ip(), port);
+    let stream = tokio::time::timeout(Duration::from_secs(3), tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| MtuError::Server(format!("connect to the MSS listener {addr} timed out")))??;
+    let info = pathdoc_sys::tcp_info::tcp_info(&stream)?;
+    let Reply::MssSeen { syn_mss, server_advmss } = ask(conn, &Request::MssResult).await? else {
+        return Err(MtuError::Unexpected("expected mss-seen".into()));
+    };
+    drop(stream);
+    Ok(MssObservation {
+        client_sent: Some(info.advmss()),
+        server_saw: syn_mss,
+        server_sent: server_advmss,
+        client_snd_mss: Some(info.snd_mss()),
+        timestamps: info.timestamps(),
+        client_pmtu: Some(info.pmtu()),
+        header_bytes: if ipv6 { 60 } else { 40 },
+    })
+}
+
+async fn bulk_download(
+    conn: &mut FramedConn,
+    server: SocketAddr,
+    token: Option<String>,
+    session: SessionId,
+    mss: Option<u32>,
+    opts: &MtuOptions,
+) -> Result<BulkRun, MtuError> {
+    let connect_timeout = opts.connect_timeout;
+    let stream = tokio::task::spawn_blocking(move || -> std::io::Result<std::net::TcpStream> {
+        let s = socket2::Socket::new(socket2::Domain::for_address(server), socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+        if let Some(m) = mss {
+            s.set_mss(m)?;
+        }
+        s.connect_timeout(&server.into(), connect_timeout)?;
+        s.set_nonblocking(true)?;
+        Ok(s.into())
+    })
+    .await
+    .map_err(|e| MtuError::Server(format!("connect task failed: {e}")))??;
+    let stream = tokio::net::TcpStream::from_std(stream)?;
+    let (mut data_conn, _) = pathdoc_proto::handshake(stream, token, Channel::Data { session, tag: TAG_BULK }, connect_timeout).await?;
+    let duration_ms = opts.bulk.as_millis().min(u128::from(MAX_BULK_MS)) as u32;
+    data_conn.send(&BulkRequest { duration_ms }).await?;
+    let start = Instant::now();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(u64::from(duration_ms)) + Duration::from_millis(500);
+    let mut bytes = 0u64;
+    let mut buf = vec![0u8; 256 * 1024];
+    let stream = data_conn.stream_mut();
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(n)) => bytes += n as u64,
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64().min(f64::from(duration_ms) / 1000.0).max(0.001);
+    let rcv_mss = pathdoc_sys::tcp_info::tcp_info(data_conn.stream()).ok().map(|i| i.rcv_mss());
+    drop(data_conn);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let server_stats = match ask(conn, &Request::BulkStats).await {
+        Ok(Reply::BulkStats { stats }) => stats,
+        _ => None,
+    };
+    Ok(BulkRun { client_mss: mss, seconds, bytes, rcv_mss, server: server_stats })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_rows_group_by_id_and_prefer_too_big() {
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let seen = vec![
+            IcmpSeen { id: Some(1), round: Some(1), kind: IcmpKind::TimeExceeded, mtu: None, from: Some(a), icmp_type: 11, icmp_code: 0 },
+            IcmpSeen { id: Some(3), round: Some(1), kind: IcmpKind::TooBig, mtu: Some(1280), from: Some(a), icmp_type: 3, icmp_code: 4 },
+            IcmpSeen { id: None, round: None, kind: IcmpKind::TimeExceeded, mtu: None, from: Some(a), icmp_type: 11, icmp_code: 0 },
+        ];
+        let sent = vec![(1, 1, true), (2, 1, false), (3, 2, true), (4, 2, false)];
+        let rows = ttl_rows(8, &sent, &seen);
+        assert_eq!(rows.len(), 3, "two answered TTLs plus one silent");
+        assert_eq!(rows[0].big.as_ref().unwrap().kind, IcmpKind::TimeExceeded);
+        assert!(rows[0].small.is_none());
+        assert_eq!(rows[1].big.as_ref().unwrap().mtu, Some(1280));
+    }
+}

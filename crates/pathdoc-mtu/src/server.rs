@@ -1,0 +1,315 @@
+//! The server side of the mtu check ([`MtuService`]): sends server→client DF probes from the
+//! server port on its own connected socket (so it reads its own ICMP error queue), records
+//! which client→server probes arrived, saves the client's SYN on a one-shot listener, and
+//! serves the timed bulk download.
+//!
+//! Bounds: probes per request, attempts, wait and probe size are capped ([`crate::wire`]), and
+//! the server sends at most the session's UDP byte budget, only to an address that completed a
+//! TCP handshake for the session and sent a datagram from it.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pathdoc_proto::{CheckKind, FramedConn, UdpHeader};
+use pathdoc_server::{Service, ServiceError, Session};
+use pathdoc_sys::pmtu;
+use tokio::io::AsyncWriteExt;
+
+use crate::wire::*;
+
+/// How long the server waits for the next control message before giving up on the client.
+const CONTROL_IDLE: Duration = Duration::from_secs(60);
+/// Most client→server probe ids remembered per session.
+const MAX_UP_IDS: usize = 8192;
+
+/// The mtu check's server side.
+#[derive(Debug, Default)]
+pub struct MtuService;
+
+impl MtuService {
+    pub fn new() -> Arc<Self> {
+        Arc::new(MtuService)
+    }
+}
+
+#[derive(Default)]
+struct State {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    client_udp: Option<SocketAddr>,
+    up_ids: BTreeMap<u32, Vec<u32>>,
+    up_count: usize,
+    probe_sock: Option<Arc<UdpSocket>>,
+    bytes_sent: u64,
+    next_id: u32,
+    mss: Option<(Option<u16>, Option<u32>)>,
+    bulk: Option<BulkServerStats>,
+}
+
+impl State {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn read_tcp_mtu_probing() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_mtu_probing").ok().map(|s| s.trim().to_string())
+}
+
+fn icmp_from_queue(e: &pmtu::QueuedError) -> Option<IcmpSeen> {
+    if matches!(e.origin, pmtu::ErrorOrigin::Local | pmtu::ErrorOrigin::Other(_)) {
+        return None;
+    }
+    let fields = UdpHeader::decode(&e.payload).ok().and_then(|(_, p)| ProbeFields::decode(p));
+    let kind = if e.is_too_big() {
+        IcmpKind::TooBig
+    } else if e.is_time_exceeded() {
+        IcmpKind::TimeExceeded
+    } else if e.is_port_unreachable() {
+        IcmpKind::Unreachable
+    } else {
+        IcmpKind::Other
+    };
+    Some(IcmpSeen {
+        id: fields.map(|f| f.id),
+        round: fields.map(|f| f.round),
+        kind,
+        mtu: (kind == IcmpKind::TooBig).then_some(e.info),
+        from: e.offender,
+        icmp_type: e.icmp_type,
+        icmp_code: e.icmp_code,
+    })
+}
+
+/// Convert a drained error queue into the ICMP list of a probe reply (shared with the client).
+pub fn icmp_list(queue: &[pmtu::QueuedError]) -> Vec<IcmpSeen> {
+    queue.iter().filter_map(icmp_from_queue).collect()
+}
+
+/// Send one probe datagram; a pending error from an earlier ICMP may make the first send fail,
+/// so retry once. Returns `Err(true)` when the local stack refuses the size (EMSGSIZE twice).
+pub fn send_probe(sock: &UdpSocket, datagram: &[u8]) -> Result<(), bool> {
+    let mut last = None;
+    for _ in 0..2 {
+        match sock.send(datagram) {
+            Ok(_) => return Ok(()),
+            Err(e) => last = e.raw_os_error(),
+        }
+    }
+    Err(last == Some(libc::EMSGSIZE))
+}
+
+/// Build a probe datagram payload (header + fields + padding) for an IP datagram of `size`.
+pub fn probe_datagram(session: pathdoc_proto::SessionId, kind: u16, fields: ProbeFields, overhead: usize) -> Vec<u8> {
+    let total = (fields.size as usize).saturating_sub(overhead).max(UdpHeader::LEN + PROBE_FIELDS);
+    let mut d = Vec::with_capacity(total);
+    UdpHeader { session, kind }.encode(&mut d);
+    fields.encode(&mut d);
+    d.resize(total, 0);
+    d
+}
+
+impl MtuService {
+    fn open_probe_socket(&self, session: &Session, conn: &FramedConn, to: SocketAddr) -> std::io::Result<UdpSocket> {
+        let port = session.udp_local_addr()?.port();
+        let local = SocketAddr::new(conn.local().ip(), port);
+        let sock = socket2::Socket::new(socket2::Domain::for_address(local), socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+        sock.set_reuse_address(true)?;
+        sock.bind(&local.into())?;
+        sock.connect(&to.into())?;
+        let sock: UdpSocket = sock.into();
+        pmtu::make_probe_socket(&sock)?;
+        Ok(sock)
+    }
+
+    async fn handle(&self, session: &Arc<Session>, conn: &mut FramedConn, state: &Arc<State>, req: Request) -> Result<Option<Reply>, ServiceError> {
+        Ok(Some(match req {
+            Request::Start => Reply::Started { tcp_mtu_probing: read_tcp_mtu_probing() },
+            Request::DownTarget => {
+                let (client_udp, existing) = {
+                    let g = state.lock();
+                    (g.client_udp, g.probe_sock.clone())
+                };
+                let mut route_mtu = None;
+                if let Some(to) = client_udp {
+                    let sock = match existing {
+                        Some(s) if s.peer_addr().ok() == Some(to) => s,
+                        _ => {
+                            let s = Arc::new(self.open_probe_socket(session, conn, to)?);
+                            state.lock().probe_sock = Some(s.clone());
+                            s
+                        }
+                    };
+                    route_mtu = pmtu::route_mtu(&sock).ok();
+                }
+                Reply::DownTarget { client_udp, route_mtu }
+            }
+            Request::ProbeDown { round, probes, attempts, wait_ms } => {
+                if probes.len() > MAX_PROBES_PER_REQUEST || attempts == 0 || attempts > MAX_ATTEMPTS || wait_ms > MAX_WAIT_MS {
+                    return Ok(Some(Reply::Error { message: format!("at most {MAX_PROBES_PER_REQUEST} probes, 1..={MAX_ATTEMPTS} attempts, {MAX_WAIT_MS} ms wait") }));
+                }
+                if probes.iter().any(|p| !(MIN_PROBE_SIZE..=MAX_PROBE_SIZE).contains(&p.size) || p.ttl == Some(0)) {
+                    return Ok(Some(Reply::Error { message: format!("probe sizes must be {MIN_PROBE_SIZE}..={MAX_PROBE_SIZE} and TTL ≥ 1") }));
+                }
+                let Some(sock) = state.lock().probe_sock.clone() else {
+                    return Ok(Some(Reply::Error { message: "no client UDP address yet: send the open datagram and ask down-target first".into() }));
+                };
+                let to = sock.peer_addr()?;
+                let overhead = pmtu::udp_overhead(&to);
+                let _ = pmtu::drain_error_queue(&sock);
+                let mut sent = Vec::new();
+                let mut local_too_big: Vec<u16> = Vec::new();
+                for spec in &probes {
+                    let ttl = spec.ttl.unwrap_or(64);
+                    pmtu::set_ttl(&sock, ttl)?;
+                    for _ in 0..attempts {
+                        let id = {
+                            let mut g = state.lock();
+                            g.next_id = g.next_id.wrapping_add(1);
+                            g.next_id
+                        };
+                        let datagram = probe_datagram(session.id, KIND_DOWN_PROBE, ProbeFields { round, id, size: spec.size, ttl }, overhead);
+                        {
+                            let mut g = state.lock();
+                            if g.bytes_sent + datagram.len() as u64 > session.limits.udp_bytes_per_session {
+                                return Ok(Some(Reply::Error { message: "session UDP budget exhausted".into() }));
+                            }
+                            g.bytes_sent += datagram.len() as u64;
+                        }
+                        let local_error = if local_too_big.contains(&spec.size) {
+                            true
+                        } else {
+                            match send_probe(&sock, &datagram) {
+                                Ok(()) => false,
+                                Err(too_big) => {
+                                    if too_big {
+                                        local_too_big.push(spec.size);
+                                    }
+                                    true
+                                }
+                            }
+                        };
+                        sent.push(SentProbe { id, size: spec.size, ttl: spec.ttl, local_error });
+                    }
+                }
+                pmtu::set_ttl(&sock, 64)?;
+                tokio::time::sleep(Duration::from_millis(u64::from(wait_ms))).await;
+                let queue = pmtu::drain_error_queue(&sock)?;
+                Reply::DownSent { round, probes: sent, icmp: icmp_list(&queue) }
+            }
+            Request::UpReceived { round } => {
+                let ids = state.lock().up_ids.get(&round).cloned().unwrap_or_default();
+                Reply::UpReceived { round, ids }
+            }
+            Request::MssListen => {
+                let addr = SocketAddr::new(conn.local().ip(), 0);
+                let listener = std::net::TcpListener::bind(addr)?;
+                pathdoc_sys::saved_syn::enable_save_syn(&listener)?;
+                listener.set_nonblocking(true)?;
+                let port = listener.local_addr()?.port();
+                let listener = tokio::net::TcpListener::from_std(listener)?;
+                let (session, state) = (session.clone(), state.clone());
+                state.lock().mss = None;
+                tokio::spawn(async move {
+                    let deadline = Instant::now() + Duration::from_secs(5);
+                    while let Ok(Ok((stream, peer))) = tokio::time::timeout_at(deadline.into(), listener.accept()).await {
+                        if !session.knows_addr(peer.ip()) {
+                            continue;
+                        }
+                        let syn_mss = pathdoc_sys::saved_syn::saved_syn(&stream).ok().and_then(|h| pathdoc_sys::saved_syn::syn_mss(&h));
+                        let advmss = pathdoc_sys::tcp_info::tcp_info(&stream).ok().map(|i| i.advmss());
+                        state.lock().mss = Some((syn_mss, advmss));
+                        // Hold the connection briefly so the client can read its TCP_INFO.
+                        let _ = tokio::time::timeout(Duration::from_secs(5), stream.readable()).await;
+                        break;
+                    }
+                });
+                Reply::MssListening { port }
+            }
+            Request::MssResult => {
+                let deadline = Instant::now() + Duration::from_secs(2);
+                loop {
+                    if let Some((syn_mss, server_advmss)) = state.lock().mss {
+                        break Reply::MssSeen { syn_mss, server_advmss };
+                    }
+                    if Instant::now() > deadline {
+                        break Reply::Error { message: "no connection reached the MSS listener".into() };
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            Request::BulkStats => Reply::BulkStats { stats: state.lock().bulk.take() },
+            Request::Done => return Ok(None),
+        }))
+    }
+}
+
+#[async_trait]
+impl Service for MtuService {
+    fn check(&self) -> CheckKind {
+        CheckKind::Mtu
+    }
+
+    async fn control(&self, session: Arc<Session>, mut conn: FramedConn, _resumed: bool) -> Result<(), ServiceError> {
+        let state = session.state::<State>();
+        loop {
+            let req: Request = tokio::select! {
+                _ = session.cancel.cancelled() => return Ok(()),
+                r = conn.recv_timeout(CONTROL_IDLE, "the next mtu request") => r?,
+            };
+            session.touch();
+            let reply = match self.handle(&session, &mut conn, &state, req).await {
+                Ok(Some(r)) => r,
+                Ok(None) => return Ok(()),
+                Err(e) => Reply::Error { message: e.to_string() },
+            };
+            conn.send(&reply).await?;
+        }
+    }
+
+    async fn data(&self, session: Arc<Session>, tag: u32, mut conn: FramedConn) -> Result<(), ServiceError> {
+        if tag != TAG_BULK {
+            return Err(ServiceError::BadRequest(format!("unknown mtu data tag {tag}")));
+        }
+        let state = session.state::<State>();
+        let req: BulkRequest = conn.recv_timeout(Duration::from_secs(5), "the bulk request").await?;
+        let duration = Duration::from_millis(u64::from(req.duration_ms.min(MAX_BULK_MS)));
+        let deadline = tokio::time::Instant::now() + duration;
+        let chunk = vec![0u8; 64 * 1024];
+        let stream = conn.stream_mut();
+        while tokio::time::Instant::now() < deadline {
+            match tokio::time::timeout_at(deadline, stream.write_all(&chunk)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => break,
+            }
+        }
+        if let Ok(i) = pathdoc_sys::tcp_info::tcp_info(conn.stream()) {
+            state.lock().bulk = Some(BulkServerStats { bytes_acked: i.bytes_acked, snd_mss: i.snd_mss(), pmtu: i.pmtu(), total_retrans: i.total_retrans });
+        }
+        Ok(())
+    }
+
+    async fn udp(&self, session: Arc<Session>, kind: u16, payload: &[u8], from: SocketAddr) -> Option<Vec<u8>> {
+        let state = session.state::<State>();
+        let mut g = state.lock();
+        match kind {
+            KIND_OPEN => g.client_udp = Some(from),
+            KIND_UP_PROBE => {
+                if let Some(f) = ProbeFields::decode(payload) {
+                    if g.up_count < MAX_UP_IDS {
+                        g.up_count += 1;
+                        g.up_ids.entry(f.round).or_default().push(f.id);
+                    }
+                }
+            }
+            _ => {}
+        }
+        None
+    }
+}
