@@ -399,6 +399,42 @@ fn tcp_crosses_a_zero_delay_line() {
         received / 1e6
     );
     assert_eq!(stats.a_to_b.send_errors, 0, "{stats:?}");
+    let mean_frame = stats.a_to_b.bytes_forwarded / stats.a_to_b.frames_forwarded.max(1);
+    assert!(
+        mean_frame > 5000,
+        "GSO super-frames should cross whole: mean frame {mean_frame} B"
+    );
+}
+
+#[test]
+fn loss_on_tcp_hits_single_packets_not_super_frames() {
+    let _serial = serial();
+    let topo = Topology::new();
+    let line = topo.start_line(delay(0, 0, 2.0), delay(0, 0, 0.0));
+    let json = topo.iperf3(&["-t", "2"]);
+    let stats = stop(line);
+    let a_to_b = stats.a_to_b;
+    let mean_frame = a_to_b.bytes_received / a_to_b.frames_received.max(1);
+    assert!(
+        mean_frame <= 1514,
+        "super-frames were not segmented: mean frame {mean_frame} B"
+    );
+    let rate = a_to_b.dropped_loss as f64 / a_to_b.frames_received as f64 * 100.0;
+    assert!(a_to_b.frames_received > 20_000, "{a_to_b:?}");
+    assert!(
+        (rate - 2.0).abs() <= 0.5,
+        "dropped {rate:.2} % of packets, want 2 ± 0.5 %"
+    );
+    let retransmits = json["end"]["sum_sent"]["retransmits"]
+        .as_u64()
+        .expect("retransmits");
+    let received = json["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .expect("rate");
+    assert!(
+        retransmits > 0 && received > 1e6,
+        "retransmits {retransmits}, {received} bit/s"
+    );
 }
 
 #[test]

@@ -16,9 +16,9 @@
 //!   each direction is strictly FIFO.
 //! - The queue is bounded in bytes ([`DelayLineOptions::queue_limit_bytes`]); frames arriving at a
 //!   full queue are dropped and counted, as a router would.
-//! - Random loss applies to each frame the socket sees. With GSO enabled a super-frame is one
-//!   frame, so a lab that wants per-packet loss on TCP must turn TSO/GSO off on the sending hosts
-//!   (`ethtool -K IF tso off gso off`) for that direction.
+//! - Random loss applies per wire packet: in a direction with loss, TCP and UDP GSO super-frames
+//!   are first cut into MSS-sized segments (see `segment`), each dropped independently; without
+//!   loss they cross whole. Frame and byte counters count those segments.
 //!
 //! # What the element namespace must provide
 //! - Both interfaces exist in the namespace the caller runs in, have the same MTU as the hosts'
@@ -27,14 +27,14 @@
 //!   element namespace is irrelevant.
 //! - Promiscuous mode is taken by the receive sockets themselves for as long as they run.
 //! - Keep the veth defaults for offloads (TSO, GSO, scatter-gather and tx-checksumming on) on the
-//!   element's ports and on the hosts' ends; nothing needs `ethtool` unless per-packet loss on TCP is
-//!   wanted (see above).
+//!   element's ports and on the hosts' ends; nothing needs `ethtool`.
 //! - CAP_NET_RAW and CAP_NET_ADMIN (root in the lab), and CAP_SYS_NICE for the SCHED_FIFO priority
 //!   that keeps departures on time while other processes load the CPUs (without it the line runs
 //!   but can be late by milliseconds under load).
 
 mod interface;
 mod packet_socket;
+mod segment;
 mod signals;
 
 use std::fs::File;
@@ -421,6 +421,7 @@ impl Direction {
         let mut rng = rand::thread_rng();
         let mut last_departure: Option<Instant> = None;
         let mut frames_since_stats = 0u32;
+        let mut segment_scratch = Vec::new();
         while !halt.requested() {
             let len = match self.rx.recv(&mut buffer) {
                 Ok(len) => len,
@@ -441,46 +442,71 @@ impl Direction {
             if len < VNET_HDR_LEN {
                 continue;
             }
-            counters.frames_received.fetch_add(1, Ordering::Relaxed);
-            counters
-                .bytes_received
-                .fetch_add((len - VNET_HDR_LEN) as u64, Ordering::Relaxed);
+            let frame = &buffer[..len.min(buffer.len())];
             if len > buffer.len() {
+                counters.frames_received.fetch_add(1, Ordering::Relaxed);
+                counters
+                    .bytes_received
+                    .fetch_add((len - VNET_HDR_LEN) as u64, Ordering::Relaxed);
                 counters.dropped_truncated.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            if self.config.loss_percent > 0.0 && rng.gen::<f64>() * 100.0 < self.config.loss_percent
-            {
-                counters.dropped_loss.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            let queued = counters.queued_bytes.load(Ordering::Relaxed);
-            if queued + len as u64 > limit as u64 {
-                counters.dropped_queue_full.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
+            // All segments of a super-frame arrived together and share one departure time.
             let mut departure = arrival + self.config.sample_delay(&mut rng);
             if let Some(previous) = last_departure {
                 departure = departure.max(previous);
             }
             last_departure = Some(departure);
-            let now_queued = counters
-                .queued_bytes
-                .fetch_add(len as u64, Ordering::Relaxed)
-                + len as u64;
-            counters
-                .peak_queue_bytes
-                .fetch_max(now_queued, Ordering::Relaxed);
-            let frame = QueuedFrame {
-                departure,
-                bytes: buffer[..len].into(),
+            let mut connected = true;
+            let mut admit = |bytes: &[u8]| {
+                connected &= self.admit(bytes, departure, &queue, limit, &mut rng);
             };
-            if queue.send(frame).is_err() {
+            let lossy = self.config.loss_percent > 0.0;
+            if !(lossy && segment::segment_gso_frame(frame, &mut segment_scratch, &mut admit)) {
+                admit(frame);
+            }
+            if !connected {
                 break; // The transmit thread ended; it reports why.
             }
         }
         self.collect_kernel_drops();
         Ok(())
+    }
+
+    /// Counts one frame (virtio_net_hdr + Ethernet frame), applies loss and the queue bound, and
+    /// queues it for `departure`. False when the transmit thread has gone.
+    fn admit(
+        &self,
+        bytes: &[u8],
+        departure: Instant,
+        queue: &mpsc::Sender<QueuedFrame>,
+        limit: usize,
+        rng: &mut impl Rng,
+    ) -> bool {
+        let counters = &self.counters;
+        let len = bytes.len() as u64;
+        counters.frames_received.fetch_add(1, Ordering::Relaxed);
+        counters
+            .bytes_received
+            .fetch_add(len - VNET_HDR_LEN as u64, Ordering::Relaxed);
+        if self.config.loss_percent > 0.0 && rng.gen::<f64>() * 100.0 < self.config.loss_percent {
+            counters.dropped_loss.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        if counters.queued_bytes.load(Ordering::Relaxed) + len > limit as u64 {
+            counters.dropped_queue_full.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        let queued = counters.queued_bytes.fetch_add(len, Ordering::Relaxed) + len;
+        counters
+            .peak_queue_bytes
+            .fetch_max(queued, Ordering::Relaxed);
+        queue
+            .send(QueuedFrame {
+                departure,
+                bytes: bytes.into(),
+            })
+            .is_ok()
     }
 
     fn transmit_loop(
@@ -711,7 +737,10 @@ impl DelayLineHandle {
 
     /// True once the line has ended (after [`Self::stop`] or because it failed).
     pub fn is_finished(&self) -> bool {
-        self.thread.as_ref().map_or(true, |t| t.is_finished())
+        match &self.thread {
+            Some(thread) => thread.is_finished(),
+            None => true,
+        }
     }
 
     /// Stops the line and returns its statistics.
