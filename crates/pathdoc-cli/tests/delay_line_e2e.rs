@@ -452,3 +452,101 @@ fn missing_interface_is_reported() {
         .expect("missing interface is an error");
     assert!(err.to_string().contains("no-such-port"), "{err}");
 }
+
+/// A child process killed on drop, so a failing assertion does not leave it running.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `pathdoc lab delay-line` in the middle namespace, as the lab does.
+fn spawn_cli_line(topo: &Topology, extra: &[&str]) -> KillOnDrop {
+    let mut cmd = topo.exec(&topo.ns_d, env!("CARGO_BIN_EXE_pathdoc"));
+    cmd.args([
+        "lab",
+        "delay-line",
+        "--prepare",
+        "--iface-a",
+        "port-a",
+        "--iface-b",
+        "port-b",
+    ])
+    .args(extra)
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    KillOnDrop(cmd.spawn().expect("pathdoc starts"))
+}
+
+#[test]
+fn cli_delay_line_runs_until_sigterm_and_exits_zero() {
+    let _serial = serial();
+    let topo = Topology::new();
+    let mut line = spawn_cli_line(&topo, &["--delay-a-to-b", "15", "--delay-b-to-a", "10"]);
+    let mut stderr = line.0.stderr.take().unwrap();
+    let (sender, banner) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let mut byte = [0u8; 1];
+        // First line: the start banner; the rest is kept for the stats check.
+        while stderr.read(&mut byte).unwrap_or(0) == 1 {
+            text.push(byte[0]);
+            if byte[0] == b'\n' {
+                let _ = sender.send(());
+            }
+        }
+        String::from_utf8_lossy(&text).into_owned()
+    });
+    let started = banner.recv_timeout(Duration::from_secs(5));
+    assert!(
+        started.is_ok(),
+        "pathdoc lab delay-line printed nothing within 5 s"
+    );
+    let rtts = topo.ping(10, "0.05");
+    assert_eq!(rtts.len(), 10, "{rtts:?}");
+    let avg = mean(&rtts);
+    assert!(
+        (avg - 25.0).abs() <= 2.0,
+        "mean RTT {avg:.2} ms, want 25 ± 2 ms: {rtts:?}"
+    );
+
+    let kill = Command::new("kill")
+        .args(["-TERM", &line.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status =
+        wait_with_deadline(&mut line.0, Duration::from_secs(3)).expect("exits after SIGTERM");
+    let stderr = reader.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("a→b received") && stderr.contains("forwarded"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn cli_delay_line_reports_a_missing_interface() {
+    let _serial = serial();
+    let topo = Topology::new();
+    let mut cmd = topo.exec(&topo.ns_d, env!("CARGO_BIN_EXE_pathdoc"));
+    cmd.args([
+        "lab",
+        "delay-line",
+        "--iface-a",
+        "port-a",
+        "--iface-b",
+        "nope0",
+    ]);
+    let out = run(cmd, Duration::from_secs(10));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("nope0") && stderr.contains("does not exist"),
+        "{stderr}"
+    );
+}
