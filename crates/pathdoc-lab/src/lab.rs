@@ -224,6 +224,11 @@ impl Lab {
             ] {
                 pathdoc_sys::netns::write_sysctl(&ns, k, v)?;
             }
+            // Linux's default congestion control, whatever the host machine uses (often BBR), so
+            // loss-based scenarios behave the same everywhere; a host's `sysctl` table overrides it.
+            if let Err(e) = pathdoc_sys::netns::write_sysctl(&ns, "net.ipv4.tcp_congestion_control", "cubic") {
+                tracing::debug!("keeping the inherited congestion control in {ns}: {e}");
+            }
             exec::ip(Some(&ns), &["link", "set", "lo", "up"])?;
         }
         for h in &self.plan.hosts {

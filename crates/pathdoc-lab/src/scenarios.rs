@@ -107,14 +107,15 @@ delay_ms = 50.0
     },
     ScenarioInfo {
         name: "slow-lossy-duplex",
-        summary: "100 Mbit/s, loss bursts towards the server only: uploads crawl, downloads are fine",
+        summary: "100 Mbit/s, 1 ms RTT, 4 % loss in 2-packet bursts towards the server only: uploads crawl",
         seed: "seed 001: duplex mismatch; 94 Mbit/s one way, 29 Mbit/s towards the affected server",
         toml: r#"
-description = "100 Mbit/s with loss bursts in the client-to-server direction only (duplex mismatch)"
+description = "100 Mbit/s, 1 ms RTT, loss bursts in the client-to-server direction only (duplex mismatch)"
 [[hop]]
 [[link]]
 [[link]]
 rate = "100 Mbit/s"
+delay_ms = 0.5
 [link.up]
 burst_loss = { every_packets = 50, burst_packets = 2 }
 "#,

@@ -235,23 +235,23 @@ impl TcpPair {
 
 fn transfer(from: &mut TcpStream, to: &mut TcpStream, data: &[u8], wait: Duration) -> Result<bool, LabError> {
     from.write_all(data).map_err(|e| LabError::io("sending on the test connection", e))?;
+    // Earlier sends that were stuck may arrive first: the stream must *end* with `data`.
     let start = Instant::now();
-    let mut got = 0;
-    let mut buf = vec![0u8; data.len().max(1)];
-    while got < data.len() {
+    let mut got: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 4096];
+    while !got.ends_with(data) {
         let left = wait.saturating_sub(start.elapsed());
         if left.is_zero() {
             return Ok(false);
         }
         to.set_read_timeout(Some(left)).map_err(|e| LabError::io("read timeout", e))?;
-        match to.read(&mut buf[got..]) {
+        match to.read(&mut buf) {
             Ok(0) => return Ok(false),
-            Ok(n) => got += n,
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => return Ok(false),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
             Err(_) => return Ok(false),
         }
     }
-    Ok(buf[..got] == *data)
+    Ok(true)
 }
 
 #[cfg(test)]

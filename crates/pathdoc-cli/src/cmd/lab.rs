@@ -1,12 +1,337 @@
-//! `pathdoc lab …`: see crates/pathdoc-lab.
+//! `pathdoc lab …`: build, inspect and remove namespace labs, and run the demo. The work is done
+//! by `pathdoc-lab`; this module parses arguments and renders text or `--json` (schema
+//! `pathdoc.lab/1`).
 
-use clap::Args;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use pathdoc_lab::demo::{self, DemoStep};
+use pathdoc_lab::{state, Lab, LabOptions, LabState, Teardown, Topology, SCHEMA};
+use serde_json::json;
 
 use crate::Global;
 
 #[derive(Args, Debug)]
-pub struct LabArgs {}
+pub struct LabArgs {
+    /// Namespace prefix of the labs to act on.
+    #[arg(long, global = true, env = "PATHDOC_LAB_PREFIX", default_value = pathdoc_lab::lab::DEFAULT_PREFIX)]
+    prefix: String,
+    #[command(subcommand)]
+    command: LabCommand,
+}
 
-pub fn run(_args: LabArgs, _global: Global) -> anyhow::Result<i32> {
-    anyhow::bail!("pathdoc lab is being built")
+#[derive(Subcommand, Debug)]
+enum LabCommand {
+    /// Build a lab from a built-in scenario or a TOML topology and leave it running.
+    Up(UpArgs),
+    /// Remove a lab (namespaces, links, processes, state), or every lab with the prefix.
+    Down(DownArgs),
+    /// Show running labs, or one lab in detail.
+    Status(StatusArgs),
+    /// List the built-in scenarios and the failure story each reproduces.
+    List,
+    /// Run a command inside one host of a lab.
+    Exec(ExecArgs),
+    /// Bring up each scenario in turn and show its fault with real traffic (about a minute).
+    Demo(DemoArgs),
+    #[command(hide = true, name = "delay-line")]
+    DelayLine(super::lab_delay_line::DelayLineArgs),
+}
+
+#[derive(Args, Debug)]
+struct UpArgs {
+    /// Built-in scenario (see `pathdoc lab list`).
+    #[arg(long, conflicts_with = "topology")]
+    scenario: Option<String>,
+    /// TOML topology file (format: docs/lab.md, example: examples/topology.toml).
+    #[arg(long, value_name = "FILE")]
+    topology: Option<PathBuf>,
+    /// Lab name (default: random 4-character id).
+    #[arg(long)]
+    name: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct DownArgs {
+    /// Lab to remove.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    name: Option<String>,
+    /// Remove every lab and every namespace with the prefix (orphans after a crash included).
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(Args, Debug)]
+struct StatusArgs {
+    name: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct ExecArgs {
+    name: String,
+    /// `client`, `hop1`..`hopN` or `server`.
+    host: String,
+    /// The command, after `--`.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// Only these scenarios (default: all, in order).
+    #[arg(long = "only", value_name = "SCENARIO")]
+    only: Vec<String>,
+}
+
+pub fn run(args: LabArgs, global: Global) -> anyhow::Result<i32> {
+    match args.command {
+        LabCommand::Up(a) => up(a, &args.prefix, global),
+        LabCommand::Down(a) => down(a, &args.prefix, global),
+        LabCommand::Status(a) => status(a, &args.prefix, global),
+        LabCommand::List => list(global),
+        LabCommand::Exec(a) => exec(a, &args.prefix),
+        LabCommand::Demo(a) => run_demo(a, &args.prefix, global),
+        LabCommand::DelayLine(a) => super::lab_delay_line::run(a),
+    }
+}
+
+fn load_topology(scenario: Option<&str>, file: Option<&PathBuf>) -> anyhow::Result<Topology> {
+    match (scenario, file) {
+        (_, Some(path)) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading topology {}", path.display()))?;
+            Topology::from_toml(&text).with_context(|| format!("in {}", path.display()))
+        }
+        (Some(name), None) => Ok(Topology::scenario(name)?),
+        (None, None) => Ok(Topology::scenario("clean")?),
+    }
+}
+
+fn up(a: UpArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
+    let topo = load_topology(a.scenario.as_deref(), a.topology.as_ref())?;
+    let opts = LabOptions { name: a.name, prefix: prefix.to_string(), helper_exe: None };
+    let lab = Lab::up(&topo, &opts)?;
+    let st = lab.persist();
+    if global.json {
+        println!("{}", serde_json::to_string_pretty(&json!({"schema": SCHEMA, "command": "up", "lab": st}))?);
+    } else {
+        print!("{}", render_lab(&st, true));
+    }
+    Ok(0)
+}
+
+fn render_lab(st: &LabState, usage: bool) -> String {
+    let mut s = String::new();
+    let what = st.scenario.as_deref().map(|n| format!(" (scenario {n})")).unwrap_or_default();
+    s.push_str(&format!("lab {}{what}: {}\n", st.name, st.description.as_deref().unwrap_or("custom topology")));
+    s.push_str("hosts:\n");
+    for h in &st.hosts {
+        s.push_str(&format!("  {:<7} {:<15} netns {}\n", h.name, h.addr, h.netns));
+        for i in &h.ifaces {
+            s.push_str(&format!("          {i}\n"));
+        }
+    }
+    if st.faults.is_empty() {
+        s.push_str("faults: none\n");
+    } else {
+        s.push_str("faults:\n");
+        for f in &st.faults {
+            s.push_str(&format!("  - {f}\n"));
+        }
+    }
+    if !st.processes.is_empty() {
+        s.push_str("processes:\n");
+        for p in &st.processes {
+            let alive = if state_alive(p.pid) { "running" } else { "gone" };
+            s.push_str(&format!("  - pid {} in {} ({}): {}\n", p.pid, p.netns, alive, p.what));
+        }
+    }
+    if usage {
+        let server = st.hosts.iter().find(|h| h.name == "server").map(|h| h.addr.to_string()).unwrap_or_default();
+        s.push_str("use it:\n");
+        s.push_str(&format!("  pathdoc lab exec {} client -- ping -c 3 {server}\n", st.name));
+        if let Some(c) = st.hosts.first() {
+            s.push_str(&format!("  ip netns exec {} bash\n", c.netns));
+        }
+        s.push_str(&format!("remove it:\n  pathdoc lab down {}\n", st.name));
+    }
+    s
+}
+
+fn state_alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+fn render_teardown(td: &Teardown) -> String {
+    format!(
+        "removed {} namespace(s), stopped {} process(es), removed {} state file(s)\n",
+        td.namespaces.len(),
+        td.killed_pids.len(),
+        td.state_files.len()
+    )
+}
+
+fn down(a: DownArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
+    pathdoc_lab::preflight::require_root()?;
+    let (td, what) = if a.all {
+        (state::destroy_all(prefix)?, format!("every lab with prefix {prefix}"))
+    } else {
+        let name = a.name.unwrap_or_default();
+        let st = state::load(prefix, &name)?;
+        (state::destroy(&st)?, format!("lab {name}"))
+    };
+    if global.json {
+        println!("{}", serde_json::to_string_pretty(&json!({"schema": SCHEMA, "command": "down", "removed": td}))?);
+    } else {
+        print!("{what}: {}", render_teardown(&td));
+    }
+    Ok(0)
+}
+
+fn status(a: StatusArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
+    let labs = match &a.name {
+        Some(name) => vec![state::load(prefix, name)?],
+        None => state::list(prefix),
+    };
+    let orphans: Vec<String> = pathdoc_sys::netns::list_with_prefix(prefix)
+        .into_iter()
+        .filter(|ns| !labs.iter().any(|l| l.namespaces.contains(ns)))
+        .collect();
+    let healthy = labs.iter().all(|l| l.is_complete());
+    if global.json {
+        let docs: Vec<_> = labs
+            .iter()
+            .map(|l| json!({"lab": l, "complete": l.is_complete(), "live_pids": l.live_processes().iter().map(|p| p.pid).collect::<Vec<_>>()}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&json!({"schema": SCHEMA, "command": "status", "labs": docs, "orphan_namespaces": orphans}))?);
+    } else {
+        if labs.is_empty() {
+            println!("no labs with prefix {prefix}");
+        }
+        for l in &labs {
+            if a.name.is_some() {
+                print!("{}", render_lab(l, true));
+            } else {
+                let what = l.scenario.clone().unwrap_or_else(|| "custom".into());
+                let server = l.hosts.iter().find(|h| h.name == "server").map(|h| h.addr.to_string()).unwrap_or_default();
+                println!("{:<10} {:<18} {} hosts, server {server}", l.name, what, l.hosts.len());
+            }
+            if !l.is_complete() {
+                println!("  ! some namespaces of {} are gone; remove the rest with `pathdoc lab down {}`", l.name, l.name);
+            }
+        }
+        if !orphans.is_empty() {
+            println!("orphan namespaces (no state file): {}; remove with `pathdoc lab down --all`", orphans.join(", "));
+        }
+    }
+    Ok(if healthy && orphans.is_empty() { 0 } else { 1 })
+}
+
+fn list(global: Global) -> anyhow::Result<i32> {
+    let scenarios = pathdoc_lab::scenarios::SCENARIOS;
+    if global.json {
+        let docs: Vec<_> = scenarios.iter().map(|s| json!({"name": s.name, "summary": s.summary, "seed": s.seed})).collect();
+        println!("{}", serde_json::to_string_pretty(&json!({"schema": SCHEMA, "command": "list", "scenarios": docs}))?);
+    } else {
+        for s in scenarios {
+            println!("{:<18} {}\n{:<18} story: {}", s.name, s.summary, "", s.seed);
+        }
+    }
+    Ok(0)
+}
+
+fn exec(a: ExecArgs, prefix: &str) -> anyhow::Result<i32> {
+    let st = state::load(prefix, &a.name)?;
+    let host = st.hosts.iter().find(|h| h.name == a.host).with_context(|| {
+        format!("no host `{}` in lab {}; hosts: {}", a.host, a.name, st.hosts.iter().map(|h| h.name.as_str()).collect::<Vec<_>>().join(", "))
+    })?;
+    let status = std::process::Command::new("ip")
+        .args(["netns", "exec", &host.netns])
+        .args(&a.command)
+        .status()
+        .with_context(|| format!("running `ip netns exec {} {}`", host.netns, a.command.join(" ")))?;
+    Ok(status.code().unwrap_or(2))
+}
+
+/// The lab the demo is currently running, so Ctrl-C can remove it.
+static DEMO_LAB: Mutex<Option<(String, String)>> = Mutex::new(None);
+
+/// Checks that later issues run on a demo lab after the built-in step (e.g. `pathdoc check`
+/// against the scenario). Empty for now; add entries here.
+fn extra_checks(_scenario: &str) -> Vec<fn(&Lab, demo::Say) -> Result<(), pathdoc_lab::LabError>> {
+    Vec::new()
+}
+
+fn run_demo(a: DemoArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
+    pathdoc_lab::preflight::check_for_up(true, false)?;
+    pathdoc_lab::preflight::check_for_demo()?;
+    let steps: Vec<DemoStep> = demo::builtin_steps().into_iter().filter(|s| a.only.is_empty() || a.only.iter().any(|o| o == s.scenario)).collect();
+    if steps.is_empty() {
+        anyhow::bail!("no demo step matches {:?}; scenarios: {}", a.only, pathdoc_lab::scenarios::names().join(", "));
+    }
+    let handler_prefix = prefix.to_string();
+    ctrlc::set_handler(move || {
+        let current = DEMO_LAB.lock().map(|g| g.clone()).unwrap_or(None);
+        if let Some((p, name)) = current {
+            if let Ok(st) = state::load(&p, &name) {
+                let _ = state::destroy(&st);
+            }
+        }
+        let _ = state::destroy_all(&format!("{handler_prefix}demo{}-", std::process::id()));
+        eprintln!("\npathdoc lab demo: interrupted; lab removed");
+        std::process::exit(130);
+    })
+    .context("installing the Ctrl-C handler")?;
+
+    let mut results = Vec::new();
+    let mut failed = false;
+    let started = std::time::Instant::now();
+    for (i, step) in steps.iter().enumerate() {
+        let mut topo = Topology::scenario(step.scenario)?;
+        (step.adjust)(&mut topo);
+        let name = format!("demo{}-{i}", std::process::id());
+        *DEMO_LAB.lock().unwrap_or_else(|e| e.into_inner()) = Some((prefix.to_string(), name.clone()));
+        let mut lines: Vec<String> = Vec::new();
+        if !global.json {
+            println!("== {} — {}", step.scenario, step.title);
+            if let Some(info) = pathdoc_lab::scenarios::info(step.scenario) {
+                println!("   story: {}", info.seed);
+            }
+        }
+        let mut say = |line: String| {
+            if !global.json {
+                println!("   {line}");
+            }
+            lines.push(line);
+        };
+        let outcome = (|| -> Result<(), pathdoc_lab::LabError> {
+            let opts = LabOptions { name: Some(name.clone()), prefix: prefix.to_string(), helper_exe: None };
+            let lab = Lab::up(&topo, &opts)?;
+            for f in lab.state().faults {
+                say(format!("fault: {f}"));
+            }
+            (step.show)(&lab, &mut say)?;
+            for check in extra_checks(step.scenario) {
+                check(&lab, &mut say)?;
+            }
+            lab.down()?;
+            Ok(())
+        })();
+        *DEMO_LAB.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let error = outcome.err().map(|e| e.to_string());
+        if let Some(e) = &error {
+            failed = true;
+            if !global.json {
+                println!("   error: {e}");
+            }
+        }
+        results.push(json!({"scenario": step.scenario, "title": step.title, "observations": lines, "error": error}));
+    }
+    if global.json {
+        println!("{}", serde_json::to_string_pretty(&json!({"schema": SCHEMA, "command": "demo", "steps": results}))?);
+    } else {
+        println!("demo finished in {:.0} s", started.elapsed().as_secs_f64());
+    }
+    Ok(if failed { 2 } else { 0 })
 }

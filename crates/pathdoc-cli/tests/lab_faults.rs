@@ -1,0 +1,88 @@
+//! End-to-end: the link faults a lab injects are what the topology says, measured with real
+//! traffic (ping, iperf3) through real kernel parts (nftables, tbf, the delay line).
+
+mod lab_common;
+
+use lab_common::{assert_nothing_left, binomial_bound, opts, Cleanup};
+use pathdoc_lab::traffic::{iperf3, ping};
+use pathdoc_lab::{Lab, Topology};
+
+#[test]
+fn random_and_burst_loss_match_the_setting() {
+    let _c = Cleanup::new("loss");
+    // 5 % random loss client → hop1 only; 2 of every 20 packets hop1 → server.
+    let topo = Topology::from_toml(
+        "[[hop]]\n[[link]]\n[link.up]\nloss_percent = 5.0\n[[link]]\n[link.up]\nburst_loss = { every_packets = 20, burst_packets = 2 }\n",
+    )
+    .unwrap();
+    let lab = Lab::up(&topo, &opts("loss")).unwrap();
+    // Random loss: only the requests cross the lossy direction; replies come back clean.
+    let hop1 = lab.plan().host("hop1").unwrap().iface("lan0").unwrap().addr;
+    let n = 2000u64;
+    let s = ping(&lab, "client", hop1.into(), n as u32, 0.001, None).unwrap();
+    let lost = (s.transmitted - s.received) as f64;
+    let expected = 0.05 * s.transmitted as f64;
+    let bound = binomial_bound(s.transmitted, 0.05);
+    assert!(
+        (lost - expected).abs() <= bound,
+        "random loss: lost {lost} of {}, expected {expected:.0} ± {bound:.0}",
+        s.transmitted
+    );
+    // Burst loss to the server: requests pass link 0 (5 %) and link 1 (exactly 10 % in bursts).
+    let s = ping(&lab, "client", lab.addr("server"), n as u32, 0.001, None).unwrap();
+    let p = 1.0 - 0.95 * 0.90;
+    let lost = (s.transmitted - s.received) as f64;
+    let bound = binomial_bound(s.transmitted, 0.05) + 2.0;
+    assert!(
+        (lost - p * s.transmitted as f64).abs() <= bound,
+        "random+burst loss: lost {lost} of {}, expected {:.0} ± {bound:.0}",
+        s.transmitted,
+        p * s.transmitted as f64
+    );
+    lab.down().unwrap();
+    assert_nothing_left("loss", &[]);
+}
+
+#[test]
+fn tbf_rate_limits_each_direction() {
+    let _c = Cleanup::new("rate");
+    let topo = Topology::from_toml("[[hop]]\n[[link]]\n[[link]]\n[link.down]\nrate = \"50 Mbit/s\"\n[link.up]\nrate = \"20 Mbit/s\"\n").unwrap();
+    let lab = Lab::up(&topo, &opts("rate")).unwrap();
+    // tbf counts Ethernet frames (1514 bytes per 1448 bytes of TCP payload with timestamps).
+    let goodput_share = 1448.0 / 1514.0;
+    for (reverse, rate) in [(true, 50e6), (false, 20e6)] {
+        let r = iperf3(&lab, "client", "server", 3, reverse, &[]).unwrap();
+        let expected = rate * goodput_share;
+        let ratio = r.bits_per_second / expected;
+        assert!((0.9..=1.1).contains(&ratio), "reverse={reverse}: {} bit/s vs expected {expected:.0} (ratio {ratio:.3})", r.bits_per_second);
+    }
+    lab.down().unwrap();
+    assert_nothing_left("rate", &[]);
+}
+
+#[test]
+fn delay_line_sets_rtt_and_jitter() {
+    let _c = Cleanup::new("delay");
+    // Link 0: 15 ms each way. Link 1: 10 ms up, 10 ± 4 ms down.
+    let topo = Topology::from_toml(
+        "[[hop]]\n[[link]]\ndelay_ms = 15.0\n[[link]]\ndelay_ms = 10.0\n[link.down]\njitter_ms = 4.0\n",
+    )
+    .unwrap();
+    let lab = Lab::up(&topo, &opts("delay")).unwrap();
+    let pids: Vec<u32> = lab.state().processes.iter().map(|p| p.pid).collect();
+    assert_eq!(pids.len(), 2, "one delay line per delayed link");
+    let hop1 = lab.plan().host("hop1").unwrap().iface("lan0").unwrap().addr;
+    let s = ping(&lab, "client", hop1.into(), 50, 0.02, None).unwrap();
+    assert_eq!(s.received, s.transmitted);
+    assert!((s.rtt_avg_ms - 30.0).abs() <= 2.0, "RTT {:.2} ms, configured 30 ms", s.rtt_avg_ms);
+    assert!(s.rtt_min_ms >= 29.5, "min RTT {:.2} below the configured 30 ms", s.rtt_min_ms);
+    // Through both links: 30 + 20 ms ± 4 ms of jitter on one leg.
+    let s = ping(&lab, "client", lab.addr("server"), 100, 0.02, None).unwrap();
+    assert_eq!(s.received, s.transmitted);
+    assert!(s.rtt_min_ms >= 50.0 - 4.0 - 0.5, "min RTT {:.2}", s.rtt_min_ms);
+    assert!(s.rtt_max_ms <= 50.0 + 4.0 + 2.0, "max RTT {:.2}", s.rtt_max_ms);
+    assert!((s.rtt_avg_ms - 50.0).abs() <= 2.5, "avg RTT {:.2}", s.rtt_avg_ms);
+    assert!(s.rtt_mdev_ms >= 0.8 && s.rtt_mdev_ms <= 4.0, "jitter (mdev) {:.2} ms for ±4 ms uniform", s.rtt_mdev_ms);
+    lab.down().unwrap();
+    assert_nothing_left("delay", &pids);
+}
