@@ -1,1 +1,18 @@
-//! Idle-timeout check: when each stateful box forgets an idle connection (RFC 5382 REQ-5, RFC 4787 REQ-5).
+//! The idle-timeout check: when does each stateful box on the path (home NAT, modem, CGN,
+//! firewall) forget an idle TCP connection or UDP binding, is that within RFC 5382 REQ-5 /
+//! RFC 4787 REQ-5, how does the connection die, and what keepalive fixes it.
+//!
+//! Modules: [`schedule`] (which idle times to test with how many connections; pure),
+//! [`verdict`] (findings from outcomes; pure), [`proto`] (messages), [`server`] (the
+//! `pathdoc server` side), [`client`] (the `pathdoc check --idle` side), [`duration`] (parsing).
+
+pub mod client;
+pub mod duration;
+pub mod proto;
+pub mod schedule;
+pub mod server;
+pub mod verdict;
+
+pub use client::{run, IdleConfig, IdleError, IdleResult};
+pub use duration::parse_duration;
+pub use server::IdleService;

@@ -1,13 +1,52 @@
 //! The idle part of `pathdoc check` (owned by the idle check; see crates/pathdoc-idle).
+//!
+//! Flags are prefixed `--idle-` so they never collide with other checks' flags.
+
+use std::time::Duration;
 
 use clap::Args;
 use pathdoc_core::Report;
+use pathdoc_idle::{parse_duration, IdleConfig};
 
 use super::check::CheckContext;
 
 #[derive(Args, Debug, Clone)]
-pub struct IdleArgs {}
+pub struct IdleArgs {
+    /// Longest idle time to test (RFC 5382 needs 2h4m; the default adds margin).
+    #[arg(long, value_name = "DURATION", default_value = "2h10m", value_parser = parse_duration)]
+    pub idle_max: Duration,
+    /// Resolution of the measured timeout.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub idle_resolution: Duration,
+    /// Most TCP probe connections to open (the server's per-address limit is 1024 by default).
+    #[arg(long, value_name = "N", default_value_t = 240, value_parser = clap::value_parser!(u32).range(8..=1000))]
+    pub idle_max_probes: u32,
+    /// How long a probe may take to arrive before it counts as lost (default: from the RTT).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub idle_grace: Option<Duration>,
+    /// Skip the client-initiated probes (state rebuilt by outbound traffic?).
+    #[arg(long)]
+    pub idle_no_client_probes: bool,
+    /// Skip the TCP-keepalive probes (do keepalives keep the state?).
+    #[arg(long)]
+    pub idle_no_keepalive: bool,
+}
 
-pub async fn run(_ctx: &CheckContext<'_>, _args: &IdleArgs, _report: &mut Report) -> anyhow::Result<()> {
-    anyhow::bail!("the idle check is not implemented in this build")
+pub async fn run(
+    ctx: &CheckContext<'_>,
+    args: &IdleArgs,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let mut cfg = IdleConfig::new(ctx.server);
+    cfg.token = ctx.auth_token.clone();
+    cfg.horizon = args.idle_max;
+    cfg.resolution = args.idle_resolution;
+    cfg.max_probes = args.idle_max_probes as usize;
+    cfg.grace = args.idle_grace;
+    cfg.client_initiated = !args.idle_no_client_probes;
+    cfg.keepalive = !args.idle_no_keepalive;
+    let result = pathdoc_idle::run(&cfg, ctx.progress).await?;
+    report.findings.extend(result.findings);
+    report.data.insert("idle".to_string(), result.data);
+    Ok(())
 }
