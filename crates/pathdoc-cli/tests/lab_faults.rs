@@ -54,7 +54,11 @@ fn tbf_rate_limits_each_direction() {
         let r = iperf3(&lab, "client", "server", 3, reverse, &[]).unwrap();
         let expected = rate * goodput_share;
         let ratio = r.bits_per_second / expected;
-        assert!((0.9..=1.1).contains(&ratio), "reverse={reverse}: {} bit/s vs expected {expected:.0} (ratio {ratio:.3})", r.bits_per_second);
+        assert!(
+            (0.9..=1.1).contains(&ratio),
+            "reverse={reverse}: {} bit/s vs expected {expected:.0} (ratio {ratio:.3})",
+            r.bits_per_second
+        );
     }
     lab.down().unwrap();
     assert_nothing_left("rate", &[]);
@@ -74,15 +78,39 @@ fn delay_line_sets_rtt_and_jitter() {
     let hop1 = lab.plan().host("hop1").unwrap().iface("lan0").unwrap().addr;
     let s = ping(&lab, "client", hop1.into(), 50, 0.02, None).unwrap();
     assert_eq!(s.received, s.transmitted);
-    assert!((s.rtt_avg_ms - 30.0).abs() <= 2.0, "RTT {:.2} ms, configured 30 ms", s.rtt_avg_ms);
-    assert!(s.rtt_min_ms >= 29.5, "min RTT {:.2} below the configured 30 ms", s.rtt_min_ms);
+    assert!(
+        (s.rtt_avg_ms - 30.0).abs() <= 2.0,
+        "RTT {:.2} ms, configured 30 ms",
+        s.rtt_avg_ms
+    );
+    assert!(
+        s.rtt_min_ms >= 29.5,
+        "min RTT {:.2} below the configured 30 ms",
+        s.rtt_min_ms
+    );
     // Through both links: 30 + 20 ms ± 4 ms of jitter on one leg.
     let s = ping(&lab, "client", lab.addr("server"), 100, 0.02, None).unwrap();
     assert_eq!(s.received, s.transmitted);
-    assert!(s.rtt_min_ms >= 50.0 - 4.0 - 0.5, "min RTT {:.2}", s.rtt_min_ms);
-    assert!(s.rtt_max_ms <= 50.0 + 4.0 + 2.0, "max RTT {:.2}", s.rtt_max_ms);
-    assert!((s.rtt_avg_ms - 50.0).abs() <= 2.5, "avg RTT {:.2}", s.rtt_avg_ms);
-    assert!(s.rtt_mdev_ms >= 0.8 && s.rtt_mdev_ms <= 4.0, "jitter (mdev) {:.2} ms for ±4 ms uniform", s.rtt_mdev_ms);
+    assert!(
+        s.rtt_min_ms >= 50.0 - 4.0 - 0.5,
+        "min RTT {:.2}",
+        s.rtt_min_ms
+    );
+    assert!(
+        s.rtt_max_ms <= 50.0 + 4.0 + 2.0,
+        "max RTT {:.2}",
+        s.rtt_max_ms
+    );
+    assert!(
+        (s.rtt_avg_ms - 50.0).abs() <= 2.5,
+        "avg RTT {:.2}",
+        s.rtt_avg_ms
+    );
+    assert!(
+        s.rtt_mdev_ms >= 0.8 && s.rtt_mdev_ms <= 4.0,
+        "jitter (mdev) {:.2} ms for ±4 ms uniform",
+        s.rtt_mdev_ms
+    );
     lab.down().unwrap();
     assert_nothing_left("delay", &pids);
 }

@@ -11,8 +11,15 @@ use pathdoc_lab::{Lab, Topology};
 use serde_json::Value;
 
 fn pathdoc(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pathdoc")).args(args).output().expect("run pathdoc");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let out = Command::new(env!("CARGO_BIN_EXE_pathdoc"))
+        .args(args)
+        .output()
+        .expect("run pathdoc");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -20,7 +27,11 @@ fn down_removes_namespaces_links_and_processes() {
     let _c = Cleanup::new("down");
     let topo = Topology::from_toml("[[hop]]\nkind = \"nat\"\n[[link]]\ndelay_ms = 1.0\n").unwrap();
     let lab = Lab::up(&topo, &opts("down")).unwrap();
-    assert_eq!(lab.plan().namespaces().len(), 4, "client, hop1, server, delay element");
+    assert_eq!(
+        lab.plan().namespaces().len(),
+        4,
+        "client, hop1, server, delay element"
+    );
     for ns in lab.plan().namespaces() {
         assert!(pathdoc_sys::netns::exists(&ns), "{ns}");
     }
@@ -60,7 +71,11 @@ fn names_are_unique_and_validated() {
     let err = Lab::up(&Topology::default(), &o).unwrap_err().to_string();
     assert!(err.contains("invalid lab name"), "{err}");
     // Unknown host is a clear error, not a panic, through the checked accessor.
-    assert!(lab.host("hop7").unwrap_err().to_string().contains("client, server"));
+    assert!(lab
+        .host("hop7")
+        .unwrap_err()
+        .to_string()
+        .contains("client, server"));
     drop(lab);
     assert_nothing_left("names", &[]);
 }
@@ -69,7 +84,17 @@ fn names_are_unique_and_validated() {
 fn cli_up_status_exec_down_with_json() {
     let _c = Cleanup::new("cli");
     let p = prefix("cli");
-    let (code, out, err) = pathdoc(&["lab", "up", "--scenario", "cgnat-chain", "--name", "one", "--prefix", &p, "--json"]);
+    let (code, out, err) = pathdoc(&[
+        "lab",
+        "up",
+        "--scenario",
+        "cgnat-chain",
+        "--name",
+        "one",
+        "--prefix",
+        &p,
+        "--json",
+    ]);
     assert_eq!(code, 0, "{err}");
     let doc: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(doc["schema"], "pathdoc.lab/1");
@@ -83,10 +108,27 @@ fn cli_up_status_exec_down_with_json() {
     assert_eq!(doc["labs"][0]["complete"], true);
 
     // exec runs inside the host's namespace: the server sees its own address only.
-    let (code, out, _) = pathdoc(&["lab", "exec", "one", "server", "--prefix", &p, "--", "ip", "-4", "-o", "addr", "show", "dev", "lan0"]);
+    let (code, out, _) = pathdoc(&[
+        "lab", "exec", "one", "server", "--prefix", &p, "--", "ip", "-4", "-o", "addr", "show",
+        "dev", "lan0",
+    ]);
     assert_eq!(code, 0);
     assert!(out.contains("203.0.113.10/24"), "{out}");
-    let (code, _, _) = pathdoc(&["lab", "exec", "one", "client", "--prefix", &p, "--", "ping", "-c", "1", "-W", "2", "203.0.113.10"]);
+    let (code, _, _) = pathdoc(&[
+        "lab",
+        "exec",
+        "one",
+        "client",
+        "--prefix",
+        &p,
+        "--",
+        "ping",
+        "-c",
+        "1",
+        "-W",
+        "2",
+        "203.0.113.10",
+    ]);
     assert_eq!(code, 0, "client reaches the server through two NATs");
 
     let (code, out, _) = pathdoc(&["lab", "down", "one", "--prefix", &p, "--json"]);
@@ -103,14 +145,31 @@ fn cli_up_status_exec_down_with_json() {
 fn down_all_removes_orphans() {
     let _c = Cleanup::new("orphan");
     let p = prefix("orphan");
-    let (code, _, err) = pathdoc(&["lab", "up", "--scenario", "clean", "--name", "left", "--prefix", &p]);
+    let (code, _, err) = pathdoc(&[
+        "lab",
+        "up",
+        "--scenario",
+        "clean",
+        "--name",
+        "left",
+        "--prefix",
+        &p,
+    ]);
     assert_eq!(code, 0, "{err}");
     let st = pathdoc_lab::state::load(&p, "left").unwrap();
     let pids: Vec<u32> = st.processes.iter().map(|x| x.pid).collect();
-    assert_eq!(pids.len(), 1, "clean has one delay line that outlives `lab up`");
+    assert_eq!(
+        pids.len(),
+        1,
+        "clean has one delay line that outlives `lab up`"
+    );
     // An orphan namespace with no state file, as after a crash mid-build.
     let orphan = format!("{p}crash-client");
-    assert!(Command::new("ip").args(["netns", "add", &orphan]).status().unwrap().success());
+    assert!(Command::new("ip")
+        .args(["netns", "add", &orphan])
+        .status()
+        .unwrap()
+        .success());
     let (code, out, _) = pathdoc(&["lab", "status", "--prefix", &p]);
     assert_eq!(code, 1, "orphans make status non-zero");
     assert!(out.contains(&orphan), "{out}");
@@ -126,17 +185,43 @@ fn cli_list_and_bad_input() {
     assert_eq!(code, 0);
     let doc: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(doc["schema"], "pathdoc.lab/1");
-    let names: Vec<&str> = doc["scenarios"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["clean", "modem-idle", "cgnat-chain", "pmtu-blackhole", "lossy-long-fat", "window-limited", "slow-lossy-duplex"]);
+    let names: Vec<&str> = doc["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "clean",
+            "modem-idle",
+            "cgnat-chain",
+            "pmtu-blackhole",
+            "lossy-long-fat",
+            "window-limited",
+            "slow-lossy-duplex"
+        ]
+    );
     let (_, out, _) = pathdoc(&["lab", "list"]);
     assert!(out.contains("seed 003"), "{out}");
 
     let (code, _, err) = pathdoc(&["lab", "up", "--scenario", "nope", "--prefix", "pdt-bad-"]);
     assert_eq!(code, 2);
-    assert!(err.contains("unknown scenario `nope`") && err.contains("modem-idle"), "{err}");
+    assert!(
+        err.contains("unknown scenario `nope`") && err.contains("modem-idle"),
+        "{err}"
+    );
     let bad = std::env::temp_dir().join(format!("pathdoc-bad-{}.toml", std::process::id()));
     std::fs::write(&bad, "[[link]]\nmtu = 40\n").unwrap();
-    let (code, _, err) = pathdoc(&["lab", "up", "--topology", bad.to_str().unwrap(), "--prefix", "pdt-bad-"]);
+    let (code, _, err) = pathdoc(&[
+        "lab",
+        "up",
+        "--topology",
+        bad.to_str().unwrap(),
+        "--prefix",
+        "pdt-bad-",
+    ]);
     let _ = std::fs::remove_file(&bad);
     assert_eq!(code, 2);
     assert!(err.contains("mtu 40 out of range"), "{err}");
@@ -150,6 +235,9 @@ fn example_topology_parses_and_plans() {
     let topo = Topology::from_toml(&text).unwrap();
     assert_eq!(topo.host_names(), ["client", "hop1", "hop2", "server"]);
     let plan = pathdoc_lab::plan::plan(&topo, "x");
-    assert_eq!(plan.host("server").unwrap().primary_addr().to_string(), "203.0.113.10");
+    assert_eq!(
+        plan.host("server").unwrap().primary_addr().to_string(),
+        "203.0.113.10"
+    );
     assert!(!topo.describe_faults().is_empty());
 }

@@ -14,11 +14,21 @@ const MIB: u64 = 1024 * 1024;
 #[test]
 fn big_download_stalls_small_passes() {
     let _c = Cleanup::new("pmtubh");
-    let lab = Lab::up(&Topology::scenario("pmtu-blackhole").unwrap(), &opts("pmtubh")).unwrap();
+    let lab = Lab::up(
+        &Topology::scenario("pmtu-blackhole").unwrap(),
+        &opts("pmtubh"),
+    )
+    .unwrap();
     let small = download(&lab, 1000, Duration::from_secs(3)).unwrap();
-    assert!(small.completed, "1000 bytes fit one small segment: {small:?}");
+    assert!(
+        small.completed,
+        "1000 bytes fit one small segment: {small:?}"
+    );
     let big = download(&lab, MIB, Duration::from_secs(3)).unwrap();
-    assert!(!big.completed && big.received < MIB / 10, "1 MiB must stall: {big:?}");
+    assert!(
+        !big.completed && big.received < MIB / 10,
+        "1 MiB must stall: {big:?}"
+    );
     lab.down().unwrap();
     assert_nothing_left("pmtubh", &[]);
 }

@@ -28,7 +28,10 @@ pub struct DemoStep {
 
 impl std::fmt::Debug for DemoStep {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DemoStep").field("scenario", &self.scenario).field("title", &self.title).finish()
+        f.debug_struct("DemoStep")
+            .field("scenario", &self.scenario)
+            .field("title", &self.title)
+            .finish()
     }
 }
 
@@ -40,7 +43,12 @@ fn no_adjust(_: &mut Topology) {}
 /// The built-in steps, one per scenario, in order.
 pub fn builtin_steps() -> Vec<DemoStep> {
     vec![
-        DemoStep { scenario: "clean", title: "no faults: small RTT, full speed", adjust: no_adjust, show: show_clean },
+        DemoStep {
+            scenario: "clean",
+            title: "no faults: small RTT, full speed",
+            adjust: no_adjust,
+            show: show_clean,
+        },
         DemoStep {
             scenario: "modem-idle",
             title: "strict NAT forgets an idle connection; nothing revives it",
@@ -53,10 +61,30 @@ pub fn builtin_steps() -> Vec<DemoStep> {
             adjust: |t| t.hops[1].conntrack.tcp_established = Some(DEMO_NAT_TIMEOUT_S),
             show: show_cgnat,
         },
-        DemoStep { scenario: "pmtu-blackhole", title: "a 1000-byte download passes, 1 MiB stalls", adjust: no_adjust, show: show_pmtu },
-        DemoStep { scenario: "lossy-long-fat", title: "0.3 % loss at 40 ms RTT caps CUBIC", adjust: no_adjust, show: show_lossy },
-        DemoStep { scenario: "window-limited", title: "256 KiB receive buffer caps a 100 ms path", adjust: no_adjust, show: show_window },
-        DemoStep { scenario: "slow-lossy-duplex", title: "uploads crawl, downloads are fine", adjust: no_adjust, show: show_duplex },
+        DemoStep {
+            scenario: "pmtu-blackhole",
+            title: "a 1000-byte download passes, 1 MiB stalls",
+            adjust: no_adjust,
+            show: show_pmtu,
+        },
+        DemoStep {
+            scenario: "lossy-long-fat",
+            title: "0.3 % loss at 40 ms RTT caps CUBIC",
+            adjust: no_adjust,
+            show: show_lossy,
+        },
+        DemoStep {
+            scenario: "window-limited",
+            title: "256 KiB receive buffer caps a 100 ms path",
+            adjust: no_adjust,
+            show: show_window,
+        },
+        DemoStep {
+            scenario: "slow-lossy-duplex",
+            title: "uploads crawl, downloads are fine",
+            adjust: no_adjust,
+            show: show_duplex,
+        },
     ]
 }
 
@@ -73,7 +101,11 @@ fn rate(lab: &Lab, say: Say, label: &str, reverse: bool) -> Result<f64, LabError
     // CUBIC per socket: the namespaces inherit the machine's default, which may be BBR (and a
     // netns may not switch its default to a congestion control outside the allowed list).
     let r = traffic::iperf3(lab, "client", "server", 3, reverse, &["-C", "cubic"])?;
-    say(format!("iperf3 {label} (CUBIC): {} goodput, {} retransmissions", format_rate(r.bits_per_second), r.retransmits));
+    say(format!(
+        "iperf3 {label} (CUBIC): {} goodput, {} retransmissions",
+        format_rate(r.bits_per_second),
+        r.retransmits
+    ));
     Ok(r.bits_per_second)
 }
 
@@ -86,11 +118,25 @@ fn show_clean(lab: &Lab, say: Say) -> Result<(), LabError> {
 fn idle_then_probe(lab: &Lab, say: Say, idle: Duration) -> Result<TcpPair, LabError> {
     let mut pair = TcpPair::open(lab)?;
     let ok = pair.server_to_client(b"hello", Duration::from_secs(2))?;
-    say(format!("fresh connection: server → client {}", if ok { "arrives" } else { "LOST" }));
-    say(format!("idle for {} s (NAT established timeout {} s)...", idle.as_secs(), DEMO_NAT_TIMEOUT_S));
+    say(format!(
+        "fresh connection: server → client {}",
+        if ok { "arrives" } else { "LOST" }
+    ));
+    say(format!(
+        "idle for {} s (NAT established timeout {} s)...",
+        idle.as_secs(),
+        DEMO_NAT_TIMEOUT_S
+    ));
     std::thread::sleep(idle);
     let ok = pair.server_to_client(b"ping after idle", Duration::from_secs(2))?;
-    say(format!("after idle: server → client {}", if ok { "arrives" } else { "never arrives (NAT state is gone, dropped silently)" }));
+    say(format!(
+        "after idle: server → client {}",
+        if ok {
+            "arrives"
+        } else {
+            "never arrives (NAT state is gone, dropped silently)"
+        }
+    ));
     Ok(pair)
 }
 
@@ -99,7 +145,11 @@ fn show_modem_idle(lab: &Lab, say: Say) -> Result<(), LabError> {
     let ok = pair.client_to_server(b"are you there?", Duration::from_secs(2))?;
     say(format!(
         "client speaks: client → server {}",
-        if ok { "arrives" } else { "dropped too: the strict NAT does not rebuild state mid-stream, the session is dead" }
+        if ok {
+            "arrives"
+        } else {
+            "dropped too: the strict NAT does not rebuild state mid-stream, the session is dead"
+        }
     ));
     Ok(())
 }
@@ -107,9 +157,23 @@ fn show_modem_idle(lab: &Lab, say: Say) -> Result<(), LabError> {
 fn show_cgnat(lab: &Lab, say: Say) -> Result<(), LabError> {
     let mut pair = idle_then_probe(lab, say, Duration::from_secs(DEMO_NAT_TIMEOUT_S as u64 + 2))?;
     let ok = pair.client_to_server(b"are you there?", Duration::from_secs(3))?;
-    say(format!("client speaks: client → server {}", if ok { "arrives (the loose carrier NAT rebuilt state)" } else { "LOST" }));
+    say(format!(
+        "client speaks: client → server {}",
+        if ok {
+            "arrives (the loose carrier NAT rebuilt state)"
+        } else {
+            "LOST"
+        }
+    ));
     let ok = pair.server_to_client(b"yes", Duration::from_secs(5))?;
-    say(format!("then server → client {}", if ok { "arrives again: client keepalives would have saved it" } else { "LOST" }));
+    say(format!(
+        "then server → client {}",
+        if ok {
+            "arrives again: client keepalives would have saved it"
+        } else {
+            "LOST"
+        }
+    ));
     Ok(())
 }
 
@@ -121,7 +185,11 @@ fn show_pmtu(lab: &Lab, say: Say) -> Result<(), LabError> {
             format_bytes(bytes),
             if t.completed { "complete" } else { "STALLED" },
             t.elapsed_ms,
-            if t.completed { String::new() } else { format!(", only {} received", format_bytes(t.received)) }
+            if t.completed {
+                String::new()
+            } else {
+                format!(", only {} received", format_bytes(t.received))
+            }
         ));
     }
     Ok(())
@@ -136,7 +204,11 @@ fn show_lossy(lab: &Lab, say: Say) -> Result<(), LabError> {
 fn show_window(lab: &Lab, say: Say) -> Result<(), LabError> {
     rtt(lab, say)?;
     let bps = rate(lab, say, "download on a 1 Gbit/s link", true)?;
-    say(format!("256 KiB / 100 ms = {} is the ceiling; measured {}", format_rate(262144.0 * 8.0 / 0.1), format_rate(bps)));
+    say(format!(
+        "256 KiB / 100 ms = {} is the ceiling; measured {}",
+        format_rate(262144.0 * 8.0 / 0.1),
+        format_rate(bps)
+    ));
     Ok(())
 }
 

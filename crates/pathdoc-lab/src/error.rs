@@ -8,7 +8,9 @@ use std::time::Duration;
 pub enum LabError {
     #[error("pathdoc lab needs root (it creates network namespaces, veth links and nftables rules); run it with sudo")]
     NotRoot,
-    #[error("required tool `{tool}` was not found in PATH; install it with `apt-get install {package}`")]
+    #[error(
+        "required tool `{tool}` was not found in PATH; install it with `apt-get install {package}`"
+    )]
     MissingTool { tool: String, package: String },
     #[error("kernel feature missing: {feature} ({hint})")]
     MissingKernelFeature { feature: String, hint: String },
@@ -17,7 +19,11 @@ pub enum LabError {
     #[error("unknown scenario `{name}`; built-in scenarios: {known}")]
     UnknownScenario { name: String, known: String },
     #[error("unknown host `{host}` in lab `{lab}`; hosts are: {known}")]
-    UnknownHost { lab: String, host: String, known: String },
+    UnknownHost {
+        lab: String,
+        host: String,
+        known: String,
+    },
     #[error("invalid lab name or prefix `{value}`: {why}")]
     InvalidName { value: String, why: String },
     #[error("a lab named `{0}` already exists (see `pathdoc lab status`, remove it with `pathdoc lab down {0}`)")]
@@ -25,11 +31,18 @@ pub enum LabError {
     #[error("no lab named `{0}` (see `pathdoc lab status`)")]
     NoSuchLab(String),
     #[error("`{command}` failed ({status}): {stderr}")]
-    CommandFailed { command: String, status: String, stderr: String },
+    CommandFailed {
+        command: String,
+        status: String,
+        stderr: String,
+    },
     #[error("`{command}` did not finish within {timeout:?} and was killed")]
     CommandTimeout { command: String, timeout: Duration },
     #[error("cannot start `{command}`: {source}")]
-    Spawn { command: String, source: std::io::Error },
+    Spawn {
+        command: String,
+        source: std::io::Error,
+    },
     #[error("lab state file {path}: {message}")]
     State { path: PathBuf, message: String },
     #[error("delay line for link {link} did not start: {message}")]
@@ -41,11 +54,17 @@ pub enum LabError {
     #[error(transparent)]
     Sysctl(#[from] pathdoc_sys::netns::SysctlError),
     #[error("{context}: {source}")]
-    Io { context: String, source: std::io::Error },
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
 }
 
 impl LabError {
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        LabError::Io { context: context.into(), source }
+        LabError::Io {
+            context: context.into(),
+            source,
+        }
     }
 }

@@ -38,17 +38,31 @@ pub struct Finished {
 
 /// Run `cmd` to completion (feeding `stdin` if given) or kill it after `timeout`.
 /// Returns the output whether or not it succeeded; see [`run`] for the strict variant.
-pub fn run_unchecked(cmd: &mut Command, stdin: Option<&str>, timeout: Duration) -> Result<Finished, LabError> {
+pub fn run_unchecked(
+    cmd: &mut Command,
+    stdin: Option<&str>,
+    timeout: Duration,
+) -> Result<Finished, LabError> {
     let line = display(cmd);
-    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(|source| {
         if source.kind() == std::io::ErrorKind::NotFound {
             let tool = cmd.get_program().to_string_lossy().into_owned();
-            LabError::MissingTool { package: package_for(&tool).to_string(), tool }
+            LabError::MissingTool {
+                package: package_for(&tool).to_string(),
+                tool,
+            }
         } else {
-            LabError::Spawn { command: line.clone(), source }
+            LabError::Spawn {
+                command: line.clone(),
+                source,
+            }
         }
     })?;
     let input = stdin.map(|s| s.to_string());
@@ -82,16 +96,29 @@ pub fn run_unchecked(cmd: &mut Command, stdin: Option<&str>, timeout: Duration) 
             Ok(None) if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(LabError::CommandTimeout { command: line, timeout });
+                return Err(LabError::CommandTimeout {
+                    command: line,
+                    timeout,
+                });
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(2)),
-            Err(source) => return Err(LabError::Spawn { command: line, source }),
+            Err(source) => {
+                return Err(LabError::Spawn {
+                    command: line,
+                    source,
+                })
+            }
         }
     };
     let _ = writer.join();
     let stdout = out_reader.join().unwrap_or_default();
     let stderr = err_reader.join().unwrap_or_default();
-    Ok(Finished { stdout, stderr, success: status.success(), status: status.to_string() })
+    Ok(Finished {
+        stdout,
+        stderr,
+        success: status.success(),
+        status: status.to_string(),
+    })
 }
 
 /// Run `cmd`, failing with its command line and stderr unless it exits 0. Returns stdout.
@@ -101,7 +128,11 @@ pub fn run(cmd: &mut Command, stdin: Option<&str>, timeout: Duration) -> Result<
     if done.success {
         Ok(done.stdout)
     } else {
-        Err(LabError::CommandFailed { command: line, status: done.status, stderr: done.stderr.trim().to_string() })
+        Err(LabError::CommandFailed {
+            command: line,
+            status: done.status,
+            stderr: done.stderr.trim().to_string(),
+        })
     }
 }
 
@@ -116,7 +147,12 @@ pub fn ip(netns: Option<&str>, args: &[&str]) -> Result<String, LabError> {
 }
 
 /// Run a program inside a namespace with `ip netns exec`.
-pub fn in_netns(netns: &str, program: &str, args: &[&str], stdin: Option<&str>) -> Result<String, LabError> {
+pub fn in_netns(
+    netns: &str,
+    program: &str,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Result<String, LabError> {
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", netns, program]).args(args);
     run(&mut cmd, stdin, QUICK)
@@ -128,7 +164,12 @@ mod tests {
 
     #[test]
     fn failure_names_command_and_stderr() {
-        let err = run(Command::new("sh").args(["-c", "echo boom >&2; exit 3"]), None, QUICK).unwrap_err();
+        let err = run(
+            Command::new("sh").args(["-c", "echo boom >&2; exit 3"]),
+            None,
+            QUICK,
+        )
+        .unwrap_err();
         let text = err.to_string();
         assert!(text.contains("sh -c 'echo boom >&2; exit 3'"), "{text}");
         assert!(text.contains("boom"), "{text}");
@@ -137,7 +178,12 @@ mod tests {
     #[test]
     fn timeout_kills() {
         let started = Instant::now();
-        let err = run(Command::new("sleep").arg("5"), None, Duration::from_millis(200)).unwrap_err();
+        let err = run(
+            Command::new("sleep").arg("5"),
+            None,
+            Duration::from_millis(200),
+        )
+        .unwrap_err();
         assert!(matches!(err, LabError::CommandTimeout { .. }));
         assert!(started.elapsed() < Duration::from_secs(2));
     }

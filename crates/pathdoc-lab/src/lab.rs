@@ -34,27 +34,42 @@ pub struct LabOptions {
 
 impl Default for LabOptions {
     fn default() -> Self {
-        LabOptions { name: None, prefix: default_prefix(), helper_exe: None }
+        LabOptions {
+            name: None,
+            prefix: default_prefix(),
+            helper_exe: None,
+        }
     }
 }
 
 impl LabOptions {
     /// Options with a given prefix and defaults otherwise.
     pub fn with_prefix(prefix: &str) -> Self {
-        LabOptions { prefix: prefix.to_string(), ..Default::default() }
+        LabOptions {
+            prefix: prefix.to_string(),
+            ..Default::default()
+        }
     }
 }
 
 /// `PATHDOC_LAB_PREFIX` or `pd-`.
 pub fn default_prefix() -> String {
-    std::env::var("PATHDOC_LAB_PREFIX").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| DEFAULT_PREFIX.to_string())
+    std::env::var("PATHDOC_LAB_PREFIX")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| DEFAULT_PREFIX.to_string())
 }
 
 fn validate_ident(value: &str, what: &str, max: usize) -> Result<(), LabError> {
     let ok = !value.is_empty()
         && value.len() <= max
-        && value.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && value.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
+        && value
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && value
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric());
     if ok {
         Ok(())
     } else {
@@ -68,7 +83,9 @@ fn validate_ident(value: &str, what: &str, max: usize) -> Result<(), LabError> {
 fn random_name() -> String {
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let mut rng = rand::thread_rng();
-    (0..4).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect()
+    (0..4)
+        .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
+        .collect()
 }
 
 /// A process started inside a lab host. Killed (and reaped) when dropped.
@@ -105,7 +122,10 @@ impl LabProcess {
     /// SIGTERM, then SIGKILL after a grace period; reaps the child.
     pub fn kill(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
             if !matches!(self.wait_timeout(Duration::from_millis(500)), Ok(Some(_))) {
                 let _ = self.child.kill();
             }
@@ -145,16 +165,32 @@ impl Lab {
         let plan = plan::plan(topology, &lab_id);
 
         let dir = state::state_dir();
-        std::fs::create_dir_all(&dir).map_err(|e| LabError::io(format!("creating {}", dir.display()), e))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| LabError::io(format!("creating {}", dir.display()), e))?;
         let state_path = state::state_path(&opts.prefix, &name);
-        if plan.namespaces().iter().any(|n| pathdoc_sys::netns::exists(n)) {
+        if plan
+            .namespaces()
+            .iter()
+            .any(|n| pathdoc_sys::netns::exists(n))
+        {
             return Err(LabError::NameTaken(name));
         }
         // Claim the name atomically.
-        match std::fs::OpenOptions::new().write(true).create_new(true).open(&state_path) {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&state_path)
+        {
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(LabError::NameTaken(name)),
-            Err(e) => return Err(LabError::io(format!("creating {}", state_path.display()), e)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(LabError::NameTaken(name))
+            }
+            Err(e) => {
+                return Err(LabError::io(
+                    format!("creating {}", state_path.display()),
+                    e,
+                ))
+            }
         }
         let state = LabState {
             schema: SCHEMA.to_string(),
@@ -162,7 +198,10 @@ impl Lab {
             prefix: opts.prefix.clone(),
             scenario: topology.name.clone(),
             description: topology.description.clone(),
-            created_unix: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            created_unix: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
             hosts: plan
                 .hosts
                 .iter()
@@ -174,8 +213,14 @@ impl Lab {
                         .ifaces
                         .iter()
                         .map(|i| {
-                            let route = i.route_mtu.map(|m| format!(", route mtu {m}")).unwrap_or_default();
-                            format!("{} {}/{} mtu {}{route} (to {})", i.name, i.addr, i.prefix_len, i.mtu, i.peer)
+                            let route = i
+                                .route_mtu
+                                .map(|m| format!(", route mtu {m}"))
+                                .unwrap_or_default();
+                            format!(
+                                "{} {}/{} mtu {}{route} (to {})",
+                                i.name, i.addr, i.prefix_len, i.mtu, i.peer
+                            )
                         })
                         .collect(),
                 })
@@ -197,7 +242,8 @@ impl Lab {
         lab.save()?;
         let helper = match &opts.helper_exe {
             Some(p) => p.clone(),
-            None => std::env::current_exe().map_err(|e| LabError::io("locating the pathdoc binary for delay lines", e))?,
+            None => std::env::current_exe()
+                .map_err(|e| LabError::io("locating the pathdoc binary for delay lines", e))?,
         };
         // On error `lab` is dropped here, which tears down what exists.
         lab.build(&helper)?;
@@ -214,7 +260,11 @@ impl Lab {
         // 1. Namespaces, recorded one by one so a failure still cleans up.
         for ns in self.plan.namespaces() {
             exec::ip(None, &["netns", "add", &ns])?;
-            self.state.lock().unwrap_or_else(|e| e.into_inner()).namespaces.push(ns.clone());
+            self.state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .namespaces
+                .push(ns.clone());
             self.save()?;
             for (k, v) in [
                 ("net.ipv4.conf.all.rp_filter", "0"),
@@ -226,7 +276,9 @@ impl Lab {
             }
             // Linux's default congestion control, whatever the host machine uses (often BBR), so
             // loss-based scenarios behave the same everywhere; a host's `sysctl` table overrides it.
-            if let Err(e) = pathdoc_sys::netns::write_sysctl(&ns, "net.ipv4.tcp_congestion_control", "cubic") {
+            if let Err(e) =
+                pathdoc_sys::netns::write_sysctl(&ns, "net.ipv4.tcp_congestion_control", "cubic")
+            {
                 tracing::debug!("keeping the inherited congestion control in {ns}: {e}");
             }
             exec::ip(Some(&ns), &["link", "set", "lo", "up"])?;
@@ -243,11 +295,47 @@ impl Lab {
             let mtu = link.up.mtu.max(link.down.mtu).to_string();
             match &link.element_netns {
                 None => {
-                    exec::ip(Some(left), &["link", "add", "name", "wan0", "type", "veth", "peer", "name", "lan0", "netns", right])?;
+                    exec::ip(
+                        Some(left),
+                        &[
+                            "link", "add", "name", "wan0", "type", "veth", "peer", "name", "lan0",
+                            "netns", right,
+                        ],
+                    )?;
                 }
                 Some(elem) => {
-                    exec::ip(Some(left), &["link", "add", "name", "wan0", "type", "veth", "peer", "name", ELEMENT_IFACE_A, "netns", elem])?;
-                    exec::ip(Some(elem), &["link", "add", "name", ELEMENT_IFACE_B, "type", "veth", "peer", "name", "lan0", "netns", right])?;
+                    exec::ip(
+                        Some(left),
+                        &[
+                            "link",
+                            "add",
+                            "name",
+                            "wan0",
+                            "type",
+                            "veth",
+                            "peer",
+                            "name",
+                            ELEMENT_IFACE_A,
+                            "netns",
+                            elem,
+                        ],
+                    )?;
+                    exec::ip(
+                        Some(elem),
+                        &[
+                            "link",
+                            "add",
+                            "name",
+                            ELEMENT_IFACE_B,
+                            "type",
+                            "veth",
+                            "peer",
+                            "name",
+                            "lan0",
+                            "netns",
+                            right,
+                        ],
+                    )?;
                     for ifc in [ELEMENT_IFACE_A, ELEMENT_IFACE_B] {
                         exec::ip(Some(elem), &["link", "set", "dev", ifc, "mtu", &mtu, "up"])?;
                     }
@@ -259,13 +347,25 @@ impl Lab {
             let mut batch = String::new();
             for i in &h.ifaces {
                 batch.push_str(&format!("link set dev {} mtu {}\n", i.name, i.mtu));
-                batch.push_str(&format!("addr add {}/{} dev {}\n", i.addr, i.prefix_len, i.name));
+                batch.push_str(&format!(
+                    "addr add {}/{} dev {}\n",
+                    i.addr, i.prefix_len, i.name
+                ));
                 batch.push_str(&format!("link set dev {} up\n", i.name));
             }
-            exec::run(Command::new("ip").args(["-n", &h.netns, "-batch", "-"]), Some(&batch), exec::QUICK)?;
+            exec::run(
+                Command::new("ip").args(["-n", &h.netns, "-batch", "-"]),
+                Some(&batch),
+                exec::QUICK,
+            )?;
             for i in &h.ifaces {
                 // Per-packet loss and tbf need real MTU-sized packets, not 64 KiB GSO super-frames.
-                exec::in_netns(&h.netns, "ethtool", &["-K", &i.name, "tso", "off", "gso", "off", "gro", "off"], None)?;
+                exec::in_netns(
+                    &h.netns,
+                    "ethtool",
+                    &["-K", &i.name, "tso", "off", "gso", "off", "gro", "off"],
+                    None,
+                )?;
             }
         }
         // 4. Routes (after every link is up, so gateways resolve).
@@ -274,15 +374,25 @@ impl Lab {
             for i in &h.ifaces {
                 if let Some(m) = i.route_mtu {
                     let net = &self.plan.links[i.link].subnet;
-                    batch.push_str(&format!("route replace {net} dev {} proto kernel scope link src {} mtu {m}\n", i.name, i.addr));
+                    batch.push_str(&format!(
+                        "route replace {net} dev {} proto kernel scope link src {} mtu {m}\n",
+                        i.name, i.addr
+                    ));
                 }
             }
             for r in &h.routes {
                 let mtu = r.mtu.map(|m| format!(" mtu {m}")).unwrap_or_default();
-                batch.push_str(&format!("route replace {} via {} dev {}{mtu}\n", r.dest, r.via, r.dev));
+                batch.push_str(&format!(
+                    "route replace {} via {} dev {}{mtu}\n",
+                    r.dest, r.via, r.dev
+                ));
             }
             if !batch.is_empty() {
-                exec::run(Command::new("ip").args(["-n", &h.netns, "-batch", "-"]), Some(&batch), exec::QUICK)?;
+                exec::run(
+                    Command::new("ip").args(["-n", &h.netns, "-batch", "-"]),
+                    Some(&batch),
+                    exec::QUICK,
+                )?;
             }
         }
         // 5. nftables.
@@ -295,21 +405,29 @@ impl Lab {
         for h in &self.plan.hosts {
             for i in &h.ifaces {
                 let link = &self.plan.links[i.link];
-                let dir = if i.name == "wan0" { &link.up } else { &link.down };
+                let dir = if i.name == "wan0" {
+                    &link.up
+                } else {
+                    &link.down
+                };
                 if let Some(rate) = dir.rate {
                     let bps = rate.bits_per_second;
                     // Bucket: ~4 ms of traffic (one 250 Hz tick), at least a few frames; queue: 50 ms.
                     let burst = (bps / 8 / 250).max(4 * i.mtu as u64);
                     let limit = (bps / 8 / 20).max(2 * burst);
                     exec::run(
-                        Command::new("tc").args(["-n", &h.netns, "qdisc", "replace", "dev", &i.name, "root", "tbf"]).args([
-                            "rate",
-                            &format!("{bps}bit"),
-                            "burst",
-                            &burst.to_string(),
-                            "limit",
-                            &limit.to_string(),
-                        ]),
+                        Command::new("tc")
+                            .args([
+                                "-n", &h.netns, "qdisc", "replace", "dev", &i.name, "root", "tbf",
+                            ])
+                            .args([
+                                "rate",
+                                &format!("{bps}bit"),
+                                "burst",
+                                &burst.to_string(),
+                                "limit",
+                                &limit.to_string(),
+                            ]),
                         None,
                         exec::QUICK,
                     )?;
@@ -322,7 +440,11 @@ impl Lab {
                 let hop = &self.topology.hops[h.position - 1];
                 if hop.kind == HopKind::Nat {
                     if hop.strict {
-                        pathdoc_sys::netns::write_sysctl(&h.netns, "net.netfilter.nf_conntrack_tcp_loose", "0")?;
+                        pathdoc_sys::netns::write_sysctl(
+                            &h.netns,
+                            "net.netfilter.nf_conntrack_tcp_loose",
+                            "0",
+                        )?;
                     }
                     for (k, v) in hop.conntrack.sysctls() {
                         pathdoc_sys::netns::write_sysctl(&h.netns, &k, &v.to_string())?;
@@ -356,27 +478,55 @@ impl Lab {
         down: &DirectionSettings,
     ) -> Result<(), LabError> {
         let log = state::log_path(&self.id(), &format!("dl{index}"));
-        let log_file = std::fs::File::create(&log).map_err(|e| LabError::io(format!("creating {}", log.display()), e))?;
-        let log_err = log_file.try_clone().map_err(|e| LabError::io("duplicating log handle", e))?;
+        let log_file = std::fs::File::create(&log)
+            .map_err(|e| LabError::io(format!("creating {}", log.display()), e))?;
+        let log_err = log_file
+            .try_clone()
+            .map_err(|e| LabError::io("duplicating log handle", e))?;
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", elem])
             .arg(helper)
-            .args(["lab", "delay-line", "--prepare", "--iface-a", ELEMENT_IFACE_A, "--iface-b", ELEMENT_IFACE_B])
-            .args(["--delay-a-to-b", &up.delay_ms.to_string(), "--jitter-a-to-b", &up.jitter_ms.to_string()])
-            .args(["--delay-b-to-a", &down.delay_ms.to_string(), "--jitter-b-to-a", &down.jitter_ms.to_string()])
+            .args([
+                "lab",
+                "delay-line",
+                "--prepare",
+                "--iface-a",
+                ELEMENT_IFACE_A,
+                "--iface-b",
+                ELEMENT_IFACE_B,
+            ])
+            .args([
+                "--delay-a-to-b",
+                &up.delay_ms.to_string(),
+                "--jitter-a-to-b",
+                &up.jitter_ms.to_string(),
+            ])
+            .args([
+                "--delay-b-to-a",
+                &down.delay_ms.to_string(),
+                "--jitter-b-to-a",
+                &down.jitter_ms.to_string(),
+            ])
             .stdin(Stdio::null())
             .stdout(log_file)
             .stderr(log_err);
         // Own process group: a Ctrl-C aimed at the terminal must not kill it behind our back.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let line = exec::display(&cmd);
-        let mut child = cmd.spawn().map_err(|source| LabError::Spawn { command: line.clone(), source })?;
+        let mut child = cmd.spawn().map_err(|source| LabError::Spawn {
+            command: line.clone(),
+            source,
+        })?;
         let pid = child.id();
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).processes.push(ProcessState {
-            pid,
-            netns: elem.to_string(),
-            what: format!("delay line link {index}"),
-        });
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .processes
+            .push(ProcessState {
+                pid,
+                netns: elem.to_string(),
+                what: format!("delay line link {index}"),
+            });
         self.save()?;
         std::thread::sleep(Duration::from_millis(150));
         if let Ok(Some(status)) = child.try_wait() {
@@ -407,7 +557,11 @@ impl Lab {
 
     /// The lab's name (without prefix).
     pub fn name(&self) -> String {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).name.clone()
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .name
+            .clone()
     }
 
     /// `<prefix><name>`, the stem of every namespace of this lab.
@@ -437,7 +591,11 @@ impl Lab {
 
     /// Look up a host, with an error naming the known ones.
     pub fn host(&self, host: &str) -> Result<&HostPlan, LabError> {
-        self.plan.host(host).ok_or_else(|| LabError::UnknownHost { lab: self.name(), host: host.into(), known: self.hosts().join(", ") })
+        self.plan.host(host).ok_or_else(|| LabError::UnknownHost {
+            lab: self.name(),
+            host: host.into(),
+            known: self.hosts().join(", "),
+        })
     }
 
     /// Network namespace of `host` (`client`, `hop1`..`hopN`, `server`). Panics on an unknown host
@@ -469,12 +627,19 @@ impl Lab {
     pub fn spawn(&self, host: &str, cmd: Command) -> Result<LabProcess, LabError> {
         let ns = self.host(host)?.netns.clone();
         let args: Vec<&OsStr> = cmd.get_args().collect();
-        let already = cmd.get_program() == "ip" && args.len() >= 3 && args[0] == "netns" && args[1] == "exec" && args[2] == ns.as_str();
+        let already = cmd.get_program() == "ip"
+            && args.len() >= 3
+            && args[0] == "netns"
+            && args[1] == "exec"
+            && args[2] == ns.as_str();
         let mut cmd = if already {
             cmd
         } else {
             let mut wrapped = Command::new("ip");
-            wrapped.args(["netns", "exec", &ns]).arg(cmd.get_program()).args(cmd.get_args());
+            wrapped
+                .args(["netns", "exec", &ns])
+                .arg(cmd.get_program())
+                .args(cmd.get_args());
             for (k, v) in cmd.get_envs() {
                 match v {
                     Some(v) => wrapped.env(k, v),
@@ -487,19 +652,38 @@ impl Lab {
             wrapped
         };
         let line = exec::display(&cmd);
-        let child = cmd.spawn().map_err(|source| LabError::Spawn { command: line.clone(), source })?;
-        self.spawned.lock().unwrap_or_else(|e| e.into_inner()).push(child.id());
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).processes.push(ProcessState {
-            pid: child.id(),
-            netns: ns,
-            what: line.clone(),
-        });
+        let child = cmd.spawn().map_err(|source| LabError::Spawn {
+            command: line.clone(),
+            source,
+        })?;
+        self.spawned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(child.id());
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .processes
+            .push(ProcessState {
+                pid: child.id(),
+                netns: ns,
+                what: line.clone(),
+            });
         self.save()?;
-        Ok(LabProcess { child, command: line })
+        Ok(LabProcess {
+            child,
+            command: line,
+        })
     }
 
     /// Run a short command in `host` and return its stdout; fails with stderr on non-zero exit.
-    pub fn run(&self, host: &str, program: &str, args: &[&str], timeout: Duration) -> Result<String, LabError> {
+    pub fn run(
+        &self,
+        host: &str,
+        program: &str,
+        args: &[&str],
+        timeout: Duration,
+    ) -> Result<String, LabError> {
         let mut cmd = self.command(host, program);
         cmd.args(args);
         exec::run(&mut cmd, None, timeout)
@@ -516,7 +700,10 @@ impl Lab {
         }
         self.active = false;
         for child in &mut self.delay_lines {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
         }
         let state = self.state();
         let result = state::destroy(&state);

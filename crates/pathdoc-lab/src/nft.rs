@@ -13,7 +13,7 @@
 use std::fmt::Write;
 
 use crate::plan::{HostPlan, Plan};
-use crate::topology::{Filter, HostSpec, HopSpec, Topology};
+use crate::topology::{Filter, HopSpec, HostSpec, Topology};
 
 /// Name of the lab's nftables tables in each namespace.
 pub const TABLE: &str = "pathdoc";
@@ -37,14 +37,17 @@ pub fn ruleset(topology: &Topology, plan: &Plan, host: &HostPlan) -> Option<Stri
     let mut output = Vec::new();
 
     if let Some(mss) = spec.mss_clamp {
-        let rule = format!("tcp flags syn tcp option maxseg size > {mss} tcp option maxseg size set {mss}");
+        let rule = format!(
+            "tcp flags syn tcp option maxseg size > {mss} tcp option maxseg size set {mss}"
+        );
         forward.push(rule.clone());
         output.push(rule);
     }
     for f in &spec.filters {
         match f {
             Filter::DropIcmpFragNeeded => {
-                let rule = "icmp type destination-unreachable icmp code frag-needed counter drop".to_string();
+                let rule = "icmp type destination-unreachable icmp code frag-needed counter drop"
+                    .to_string();
                 input.push(rule.clone());
                 forward.push(rule.clone());
                 output.push(rule);
@@ -68,8 +71,15 @@ pub fn ruleset(topology: &Topology, plan: &Plan, host: &HostPlan) -> Option<Stri
     if !(input.is_empty() && forward.is_empty() && output.is_empty()) {
         any = true;
         let _ = writeln!(text, "table inet {TABLE} {{");
-        for (chain, rules) in [("input", &input), ("forward", &forward), ("output", &output)] {
-            let _ = writeln!(text, "  chain {chain} {{\n    type filter hook {chain} priority filter; policy accept;");
+        for (chain, rules) in [
+            ("input", &input),
+            ("forward", &forward),
+            ("output", &output),
+        ] {
+            let _ = writeln!(
+                text,
+                "  chain {chain} {{\n    type filter hook {chain} priority filter; policy accept;"
+            );
             for r in rules.iter() {
                 let _ = writeln!(text, "    {r}");
             }
@@ -88,14 +98,23 @@ pub fn ruleset(topology: &Topology, plan: &Plan, host: &HostPlan) -> Option<Stri
     for iface in &host.ifaces {
         let link = &plan.links[iface.link];
         // lan0 receives the link's "up" direction, wan0 its "down" direction.
-        let dir = if iface.name == "lan0" { &link.up } else { &link.down };
+        let dir = if iface.name == "lan0" {
+            &link.up
+        } else {
+            &link.down
+        };
         let mut rules = Vec::new();
         if dir.loss_percent > 0.0 {
             let threshold = (dir.loss_percent / 100.0 * LOSS_SCALE as f64).round() as u64;
-            rules.push(format!("meta protocol ip numgen random mod {LOSS_SCALE} < {threshold} counter drop"));
+            rules.push(format!(
+                "meta protocol ip numgen random mod {LOSS_SCALE} < {threshold} counter drop"
+            ));
         }
         if let Some(b) = dir.burst_loss {
-            rules.push(format!("meta protocol ip numgen inc mod {} < {} counter drop", b.every_packets, b.burst_packets));
+            rules.push(format!(
+                "meta protocol ip numgen inc mod {} < {} counter drop",
+                b.every_packets, b.burst_packets
+            ));
         }
         if !rules.is_empty() {
             any = true;
@@ -149,7 +168,10 @@ mod tests {
     #[test]
     fn loss_is_applied_at_the_receiver() {
         let r = rules_for("lossy-long-fat", "server").unwrap();
-        assert!(r.contains("device \"lan0\"") && r.contains("< 3000 counter drop"), "{r}");
+        assert!(
+            r.contains("device \"lan0\"") && r.contains("< 3000 counter drop"),
+            "{r}"
+        );
         let r = rules_for("lossy-long-fat", "hop1").unwrap();
         assert!(r.contains("device \"wan0\""), "{r}");
         let r = rules_for("slow-lossy-duplex", "server").unwrap();

@@ -55,7 +55,10 @@ pub struct HostPlan {
 impl HostPlan {
     /// The host's primary address: the one facing the server (for the server, its only one).
     pub fn primary_addr(&self) -> Ipv4Addr {
-        self.iface("wan0").or_else(|| self.iface("lan0")).map(|i| i.addr).unwrap_or(Ipv4Addr::UNSPECIFIED)
+        self.iface("wan0")
+            .or_else(|| self.iface("lan0"))
+            .map(|i| i.addr)
+            .unwrap_or(Ipv4Addr::UNSPECIFIED)
     }
     pub fn iface(&self, name: &str) -> Option<&IfacePlan> {
         self.ifaces.iter().find(|i| i.name == name)
@@ -103,12 +106,24 @@ fn link_addrs(i: usize, links: usize) -> (Ipv4Addr, Ipv4Addr, Ipv4Addr) {
     let last = links - 1;
     if i == last {
         let left_last = if i == 0 { 100 } else { 1 };
-        (Ipv4Addr::new(203, 0, 113, 0), Ipv4Addr::new(203, 0, 113, left_last), Ipv4Addr::new(203, 0, 113, 10))
+        (
+            Ipv4Addr::new(203, 0, 113, 0),
+            Ipv4Addr::new(203, 0, 113, left_last),
+            Ipv4Addr::new(203, 0, 113, 10),
+        )
     } else if i == 0 {
-        (Ipv4Addr::new(192, 168, 1, 0), Ipv4Addr::new(192, 168, 1, 100), Ipv4Addr::new(192, 168, 1, 1))
+        (
+            Ipv4Addr::new(192, 168, 1, 0),
+            Ipv4Addr::new(192, 168, 1, 100),
+            Ipv4Addr::new(192, 168, 1, 1),
+        )
     } else {
         let n = i as u8;
-        (Ipv4Addr::new(100, 64, n, 0), Ipv4Addr::new(100, 64, n, 2), Ipv4Addr::new(100, 64, n, 1))
+        (
+            Ipv4Addr::new(100, 64, n, 0),
+            Ipv4Addr::new(100, 64, n, 2),
+            Ipv4Addr::new(100, 64, n, 1),
+        )
     }
 }
 
@@ -116,7 +131,9 @@ fn link_addrs(i: usize, links: usize) -> (Ipv4Addr, Ipv4Addr, Ipv4Addr) {
 pub fn plan(topology: &Topology, lab_id: &str) -> Plan {
     let names = topology.host_names();
     let nlinks = topology.link_count();
-    let is_nat = |pos: usize| pos >= 1 && pos <= topology.hops.len() && topology.hops[pos - 1].kind == HopKind::Nat;
+    let is_nat = |pos: usize| {
+        pos >= 1 && pos <= topology.hops.len() && topology.hops[pos - 1].kind == HopKind::Nat
+    };
 
     let links: Vec<LinkPlan> = (0..nlinks)
         .map(|i| {
@@ -170,19 +187,39 @@ pub fn plan(topology: &Topology, lab_id: &str) -> Plan {
         }
         let mut routes = Vec::new();
         if let Some(wan) = ifaces.iter().find(|i| i.name == "wan0") {
-            routes.push(RoutePlan { dest: "default".into(), via: wan.peer_addr, dev: "wan0".into(), mtu: wan.route_mtu });
+            routes.push(RoutePlan {
+                dest: "default".into(),
+                via: wan.peer_addr,
+                dev: "wan0".into(),
+                mtu: wan.route_mtu,
+            });
         }
         if pos >= 2 {
-            let lan = ifaces.iter().find(|i| i.name == "lan0").expect("pos>0 has lan0");
+            let lan = ifaces
+                .iter()
+                .find(|i| i.name == "lan0")
+                .expect("pos>0 has lan0");
             // Subnet j (j < pos-1) is reachable leftwards while hosts j+1..pos-1 are all routers.
             for j in (0..pos - 1).rev() {
                 if is_nat(j + 1) {
                     break;
                 }
-                routes.push(RoutePlan { dest: links[j].subnet.clone(), via: lan.peer_addr, dev: "lan0".into(), mtu: lan.route_mtu });
+                routes.push(RoutePlan {
+                    dest: links[j].subnet.clone(),
+                    via: lan.peer_addr,
+                    dev: "lan0".into(),
+                    mtu: lan.route_mtu,
+                });
             }
         }
-        hosts.push(HostPlan { name: name.clone(), netns: format!("{lab_id}-{name}"), position: pos, is_nat: is_nat(pos), ifaces, routes });
+        hosts.push(HostPlan {
+            name: name.clone(),
+            netns: format!("{lab_id}-{name}"),
+            position: pos,
+            is_nat: is_nat(pos),
+            ifaces,
+            routes,
+        });
     }
     Plan { hosts, links }
 }
@@ -201,8 +238,15 @@ mod tests {
         assert_eq!(c.routes[0].via, Ipv4Addr::new(192, 168, 1, 1));
         let s = p.host("server").unwrap();
         assert_eq!(s.primary_addr(), Ipv4Addr::new(203, 0, 113, 10));
-        assert!(s.routes.is_empty(), "server must not route into the NATed LAN: {:?}", s.routes);
-        assert_eq!(p.host("hop1").unwrap().primary_addr(), Ipv4Addr::new(203, 0, 113, 1));
+        assert!(
+            s.routes.is_empty(),
+            "server must not route into the NATed LAN: {:?}",
+            s.routes
+        );
+        assert_eq!(
+            p.host("hop1").unwrap().primary_addr(),
+            Ipv4Addr::new(203, 0, 113, 1)
+        );
     }
 
     #[test]
@@ -218,9 +262,20 @@ mod tests {
     #[test]
     fn nat_in_the_middle_hides_the_lan() {
         let p = plan(&scenarios::topology("cgnat-chain").unwrap(), "l");
-        assert!(p.host("hop2").unwrap().routes.iter().all(|r| r.dest == "default"));
-        assert_eq!(p.host("hop1").unwrap().iface("wan0").unwrap().addr, Ipv4Addr::new(100, 64, 1, 2));
-        assert_eq!(p.host("hop2").unwrap().iface("lan0").unwrap().addr, Ipv4Addr::new(100, 64, 1, 1));
+        assert!(p
+            .host("hop2")
+            .unwrap()
+            .routes
+            .iter()
+            .all(|r| r.dest == "default"));
+        assert_eq!(
+            p.host("hop1").unwrap().iface("wan0").unwrap().addr,
+            Ipv4Addr::new(100, 64, 1, 2)
+        );
+        assert_eq!(
+            p.host("hop2").unwrap().iface("lan0").unwrap().addr,
+            Ipv4Addr::new(100, 64, 1, 1)
+        );
     }
 
     #[test]
@@ -229,7 +284,10 @@ mod tests {
         let hop2_lan = p.host("hop2").unwrap().iface("lan0").unwrap().clone();
         assert_eq!(hop2_lan.mtu, 1500);
         assert_eq!(hop2_lan.route_mtu, Some(1420));
-        assert_eq!(p.host("hop1").unwrap().iface("wan0").unwrap().route_mtu, None);
+        assert_eq!(
+            p.host("hop1").unwrap().iface("wan0").unwrap().route_mtu,
+            None
+        );
     }
 
     #[test]
@@ -243,7 +301,13 @@ mod tests {
     #[test]
     fn direct_link_without_hops() {
         let p = plan(&Topology::default(), "l");
-        assert_eq!(p.host("client").unwrap().primary_addr(), Ipv4Addr::new(203, 0, 113, 100));
-        assert_eq!(p.host("server").unwrap().primary_addr(), Ipv4Addr::new(203, 0, 113, 10));
+        assert_eq!(
+            p.host("client").unwrap().primary_addr(),
+            Ipv4Addr::new(203, 0, 113, 100)
+        );
+        assert_eq!(
+            p.host("server").unwrap().primary_addr(),
+            Ipv4Addr::new(203, 0, 113, 10)
+        );
     }
 }

@@ -21,12 +21,16 @@ pub fn package_for(tool: &str) -> &'static str {
 
 /// Whether `tool` is an executable somewhere on PATH.
 pub fn have_tool(tool: &str) -> bool {
-    let Some(path) = std::env::var_os("PATH") else { return false };
+    let Some(path) = std::env::var_os("PATH") else {
+        return false;
+    };
     std::env::split_paths(&path).any(|dir| {
         let p = dir.join(tool);
         p.is_file() && {
             use std::os::unix::fs::PermissionsExt;
-            p.metadata().map(|m| m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+            p.metadata()
+                .map(|m| m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
         }
     })
 }
@@ -35,7 +39,10 @@ pub fn have_tool(tool: &str) -> bool {
 pub fn require_tools(tools: &[&str]) -> Result<(), LabError> {
     for tool in tools {
         if !have_tool(tool) {
-            return Err(LabError::MissingTool { tool: tool.to_string(), package: package_for(tool).to_string() });
+            return Err(LabError::MissingTool {
+                tool: tool.to_string(),
+                package: package_for(tool).to_string(),
+            });
         }
     }
     Ok(())
@@ -85,8 +92,13 @@ mod tests {
 
     #[test]
     fn missing_tool_message_says_how_to_install() {
-        let text = require_tools(&["pathdoc-surely-missing"]).unwrap_err().to_string();
-        assert!(text.contains("pathdoc-surely-missing") && text.contains("apt-get install"), "{text}");
+        let text = require_tools(&["pathdoc-surely-missing"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("pathdoc-surely-missing") && text.contains("apt-get install"),
+            "{text}"
+        );
         assert_eq!(package_for("nft"), "nftables");
         assert_eq!(package_for("tc"), "iproute2");
     }

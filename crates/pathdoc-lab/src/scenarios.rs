@@ -134,7 +134,10 @@ pub fn info(name: &str) -> Option<&'static ScenarioInfo> {
 
 /// Parse a scenario's topology, its `name` set.
 pub fn topology(name: &str) -> Result<Topology, LabError> {
-    let info = info(name).ok_or_else(|| LabError::UnknownScenario { name: name.to_string(), known: names().join(", ") })?;
+    let info = info(name).ok_or_else(|| LabError::UnknownScenario {
+        name: name.to_string(),
+        known: names().join(", "),
+    })?;
     let mut topo = Topology::from_toml(info.toml)?;
     topo.name = Some(name.to_string());
     Ok(topo)
@@ -158,7 +161,10 @@ mod tests {
     #[test]
     fn unknown_scenario_lists_known_ones() {
         let text = topology("nope").unwrap_err().to_string();
-        assert!(text.contains("modem-idle") && text.contains("nope"), "{text}");
+        assert!(
+            text.contains("modem-idle") && text.contains("nope"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -173,6 +179,10 @@ mod tests {
         let t = topology("slow-lossy-duplex").unwrap();
         assert!(t.link(1).direction(Direction::Up).burst_loss.is_some());
         assert!(t.link(1).direction(Direction::Down).burst_loss.is_none());
-        assert!(topology("clean").unwrap().describe_faults().iter().all(|f| f.contains("NAT") || f.contains("delay")));
+        assert!(topology("clean")
+            .unwrap()
+            .describe_faults()
+            .iter()
+            .all(|f| f.contains("NAT") || f.contains("delay")));
     }
 }

@@ -58,7 +58,9 @@ impl LabState {
     }
     /// Whether every namespace still exists.
     pub fn is_complete(&self) -> bool {
-        self.namespaces.iter().all(|n| pathdoc_sys::netns::exists(n))
+        self.namespaces
+            .iter()
+            .all(|n| pathdoc_sys::netns::exists(n))
     }
     /// Recorded processes that are still running.
     pub fn live_processes(&self) -> Vec<&ProcessState> {
@@ -68,7 +70,9 @@ impl LabState {
 
 /// The state directory in use.
 pub fn state_dir() -> PathBuf {
-    std::env::var_os("PATHDOC_LAB_STATE_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
+    std::env::var_os("PATHDOC_LAB_STATE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
 }
 
 /// Path of a lab's state file.
@@ -78,18 +82,29 @@ pub fn state_path(prefix: &str, name: &str) -> PathBuf {
 
 /// Write the state file (atomically: temp file + rename).
 pub fn save(path: &Path, state: &LabState) -> Result<(), LabError> {
-    let text = serde_json::to_string_pretty(state).map_err(|e| LabError::State { path: path.into(), message: e.to_string() })?;
+    let text = serde_json::to_string_pretty(state).map_err(|e| LabError::State {
+        path: path.into(),
+        message: e.to_string(),
+    })?;
     let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, text).map_err(|e| LabError::io(format!("writing {}", tmp.display()), e))?;
+    std::fs::write(&tmp, text)
+        .map_err(|e| LabError::io(format!("writing {}", tmp.display()), e))?;
     std::fs::rename(&tmp, path).map_err(|e| LabError::io(format!("renaming {}", tmp.display()), e))
 }
 
 /// Read one state file.
 pub fn load_path(path: &Path) -> Result<LabState, LabError> {
-    let text = std::fs::read_to_string(path).map_err(|e| LabError::io(format!("reading {}", path.display()), e))?;
-    let state: LabState = serde_json::from_str(&text).map_err(|e| LabError::State { path: path.into(), message: e.to_string() })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| LabError::io(format!("reading {}", path.display()), e))?;
+    let state: LabState = serde_json::from_str(&text).map_err(|e| LabError::State {
+        path: path.into(),
+        message: e.to_string(),
+    })?;
     if state.schema != SCHEMA {
-        return Err(LabError::State { path: path.into(), message: format!("schema {} is not {SCHEMA}", state.schema) });
+        return Err(LabError::State {
+            path: path.into(),
+            message: format!("schema {} is not {SCHEMA}", state.schema),
+        });
     }
     Ok(state)
 }
@@ -138,7 +153,10 @@ impl Teardown {
 pub(crate) fn pid_alive(pid: u32) -> bool {
     // A zombie is dead for our purposes.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with('Z')).unwrap_or(true),
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            .unwrap_or(true),
         Err(_) => false,
     }
 }
@@ -146,7 +164,11 @@ pub(crate) fn pid_alive(pid: u32) -> bool {
 /// Pids of processes whose network namespace is `netns`.
 fn pids_in(netns: &str) -> Vec<u32> {
     exec::ip(None, &["netns", "pids", netns])
-        .map(|out| out.split_whitespace().filter_map(|p| p.parse().ok()).collect())
+        .map(|out| {
+            out.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -154,7 +176,11 @@ fn kill_all(pids: &[u32]) -> Vec<u32> {
     use nix::sys::signal::{kill, Signal};
     use nix::unistd::Pid;
     let own = std::process::id();
-    let pids: Vec<u32> = pids.iter().copied().filter(|p| *p != own && *p > 1).collect();
+    let pids: Vec<u32> = pids
+        .iter()
+        .copied()
+        .filter(|p| *p != own && *p > 1)
+        .collect();
     for p in &pids {
         let _ = kill(Pid::from_raw(*p as i32), Signal::SIGTERM);
     }
@@ -173,7 +199,10 @@ fn kill_all(pids: &[u32]) -> Vec<u32> {
 /// Kill every process inside `namespaces` and delete them. Missing namespaces are skipped.
 pub fn destroy_namespaces(namespaces: &[String]) -> Result<Teardown, LabError> {
     let mut td = Teardown::default();
-    let present: Vec<&String> = namespaces.iter().filter(|n| pathdoc_sys::netns::exists(n)).collect();
+    let present: Vec<&String> = namespaces
+        .iter()
+        .filter(|n| pathdoc_sys::netns::exists(n))
+        .collect();
     let mut pids = Vec::new();
     for ns in &present {
         pids.extend(pids_in(ns));
@@ -215,7 +244,8 @@ pub fn destroy(state: &LabState) -> Result<Teardown, LabError> {
         let _ = std::fs::remove_file(log);
     }
     if path.exists() {
-        std::fs::remove_file(&path).map_err(|e| LabError::io(format!("removing {}", path.display()), e))?;
+        std::fs::remove_file(&path)
+            .map_err(|e| LabError::io(format!("removing {}", path.display()), e))?;
         td.state_files.push(path);
     }
     Ok(td)
@@ -238,9 +268,9 @@ fn logs_of(lab_id: &str) -> Vec<PathBuf> {
             d.filter_map(|e| e.ok())
                 .map(|e| e.path())
                 .filter(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with(&format!("{lab_id}.")) && n.ends_with(".log"))
+                    p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                        n.starts_with(&format!("{lab_id}.")) && n.ends_with(".log")
+                    })
                 })
                 .collect()
         })
@@ -251,7 +281,10 @@ fn logs_of(lab_id: &str) -> Vec<PathBuf> {
 /// with `prefix` (orphans of a crashed run).
 pub fn destroy_all(prefix: &str) -> Result<Teardown, LabError> {
     if prefix.is_empty() {
-        return Err(LabError::InvalidName { value: prefix.into(), why: "refusing to remove every namespace: empty prefix".into() });
+        return Err(LabError::InvalidName {
+            value: prefix.into(),
+            why: "refusing to remove every namespace: empty prefix".into(),
+        });
     }
     let mut td = Teardown::default();
     for state in list(prefix) {
@@ -263,7 +296,9 @@ pub fn destroy_all(prefix: &str) -> Result<Teardown, LabError> {
     if let Ok(dir) = std::fs::read_dir(state_dir()) {
         for e in dir.filter_map(|e| e.ok()) {
             let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with(prefix) && (name.ends_with(".json") || name.ends_with(".log") || name.ends_with(".tmp")) {
+            if name.starts_with(prefix)
+                && (name.ends_with(".json") || name.ends_with(".log") || name.ends_with(".tmp"))
+            {
                 let _ = std::fs::remove_file(e.path());
                 td.state_files.push(e.path());
             }

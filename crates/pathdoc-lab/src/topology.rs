@@ -97,7 +97,10 @@ pub struct HopSpec {
 impl HopSpec {
     /// A plain NAT hop with kernel-default timeouts.
     pub fn nat() -> Self {
-        HopSpec { kind: HopKind::Nat, ..Default::default() }
+        HopSpec {
+            kind: HopKind::Nat,
+            ..Default::default()
+        }
     }
     /// A plain router hop.
     pub fn router() -> Self {
@@ -105,7 +108,11 @@ impl HopSpec {
     }
     /// The host-level part of this hop's settings.
     pub fn host(&self) -> HostSpec {
-        HostSpec { sysctl: self.sysctl.clone(), filters: self.filters.clone(), mss_clamp: self.mss_clamp }
+        HostSpec {
+            sysctl: self.sysctl.clone(),
+            filters: self.filters.clone(),
+            mss_clamp: self.mss_clamp,
+        }
     }
 }
 
@@ -156,7 +163,14 @@ impl ConntrackTimeouts {
             }
         };
         put("tcp_timeout_established", self.tcp_established);
-        for s in ["syn_sent", "syn_recv", "fin_wait", "close_wait", "last_ack", "time_wait"] {
+        for s in [
+            "syn_sent",
+            "syn_recv",
+            "fin_wait",
+            "close_wait",
+            "last_ack",
+            "time_wait",
+        ] {
             put(&format!("tcp_timeout_{s}"), self.tcp_transitory);
         }
         put("tcp_timeout_close", self.tcp_close);
@@ -318,7 +332,8 @@ impl LinkSpec {
 
     /// Whether either direction has delay or jitter (needs a delay-line element).
     pub fn needs_delay_line(&self) -> bool {
-        self.direction(Direction::Up).needs_delay_line() || self.direction(Direction::Down).needs_delay_line()
+        self.direction(Direction::Up).needs_delay_line()
+            || self.direction(Direction::Down).needs_delay_line()
     }
 }
 
@@ -331,15 +346,21 @@ pub struct Rate {
 
 impl Rate {
     pub fn mbit(m: u64) -> Rate {
-        Rate { bits_per_second: m * 1_000_000 }
+        Rate {
+            bits_per_second: m * 1_000_000,
+        }
     }
 
     /// Parse `"100 Mbit/s"`, `"1gbit"`, `"2500000"`, ...
     pub fn parse(text: &str) -> Result<Rate, String> {
         let t = text.trim();
-        let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
         let (num, unit) = t.split_at(split);
-        let value: f64 = num.parse().map_err(|_| format!("rate `{text}`: expected a number then a unit like Mbit/s"))?;
+        let value: f64 = num
+            .parse()
+            .map_err(|_| format!("rate `{text}`: expected a number then a unit like Mbit/s"))?;
         let unit = unit.trim().to_ascii_lowercase();
         let unit = unit.strip_suffix("/s").unwrap_or(&unit);
         let mult = match unit {
@@ -347,19 +368,29 @@ impl Rate {
             "k" | "kbit" => 1e3,
             "m" | "mbit" => 1e6,
             "g" | "gbit" => 1e9,
-            other => return Err(format!("rate `{text}`: unknown unit `{other}` (use bit/s, kbit/s, Mbit/s, Gbit/s)")),
+            other => {
+                return Err(format!(
+                    "rate `{text}`: unknown unit `{other}` (use bit/s, kbit/s, Mbit/s, Gbit/s)"
+                ))
+            }
         };
         let bps = value * mult;
         if !bps.is_finite() || bps < 1.0 {
             return Err(format!("rate `{text}` is not a positive rate"));
         }
-        Ok(Rate { bits_per_second: bps.round() as u64 })
+        Ok(Rate {
+            bits_per_second: bps.round() as u64,
+        })
     }
 }
 
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", pathdoc_core::units::format_rate(self.bits_per_second as f64))
+        write!(
+            f,
+            "{}",
+            pathdoc_core::units::format_rate(self.bits_per_second as f64)
+        )
     }
 }
 
@@ -388,7 +419,8 @@ impl<'de> Deserialize<'de> for Rate {
 impl Topology {
     /// Parse and validate a TOML topology.
     pub fn from_toml(text: &str) -> Result<Self, LabError> {
-        let topo: Topology = toml::from_str(text).map_err(|e| LabError::Topology(e.to_string().trim().to_string()))?;
+        let topo: Topology = toml::from_str(text)
+            .map_err(|e| LabError::Topology(e.to_string().trim().to_string()))?;
         topo.validate()?;
         Ok(topo)
     }
@@ -458,7 +490,10 @@ impl Topology {
     pub fn validate(&self) -> Result<(), LabError> {
         let bad = |msg: String| Err(LabError::Topology(msg));
         if self.hops.len() > MAX_HOPS {
-            return bad(format!("{} hops; at most {MAX_HOPS} are supported", self.hops.len()));
+            return bad(format!(
+                "{} hops; at most {MAX_HOPS} are supported",
+                self.hops.len()
+            ));
         }
         if self.links.len() > self.link_count() {
             return bad(format!(
@@ -478,11 +513,15 @@ impl Topology {
                     return bad(format!("{name}: `strict` only applies to kind = \"nat\""));
                 }
                 if hop.kind == HopKind::Router && !hop.conntrack.is_empty() {
-                    return bad(format!("{name}: conntrack timeouts only apply to kind = \"nat\""));
+                    return bad(format!(
+                        "{name}: conntrack timeouts only apply to kind = \"nat\""
+                    ));
                 }
                 for (key, secs) in hop.conntrack.sysctls() {
                     if secs == 0 || secs > 10 * 24 * 3600 {
-                        return bad(format!("{name}: {key} = {secs} s is out of range (1 s .. 10 days)"));
+                        return bad(format!(
+                            "{name}: {key} = {secs} s is out of range (1 s .. 10 days)"
+                        ));
                     }
                 }
             }
@@ -498,21 +537,39 @@ impl Topology {
                 }
                 if let Some(r) = d.rate {
                     if r.bits_per_second < 8_000 || r.bits_per_second > 100_000_000_000 {
-                        return bad(format!("{at}: rate {r} out of range (8 kbit/s .. 100 Gbit/s)"));
+                        return bad(format!(
+                            "{at}: rate {r} out of range (8 kbit/s .. 100 Gbit/s)"
+                        ));
                     }
                 }
                 if !(0.0..=10_000.0).contains(&d.delay_ms) {
-                    return bad(format!("{at}: delay_ms {} out of range (0 .. 10000)", d.delay_ms));
+                    return bad(format!(
+                        "{at}: delay_ms {} out of range (0 .. 10000)",
+                        d.delay_ms
+                    ));
                 }
-                if !(0.0..=10_000.0).contains(&d.jitter_ms) || (d.jitter_ms > 0.0 && d.delay_ms == 0.0) {
-                    return bad(format!("{at}: jitter_ms {} needs 0 <= jitter and a delay_ms", d.jitter_ms));
+                if !(0.0..=10_000.0).contains(&d.jitter_ms)
+                    || (d.jitter_ms > 0.0 && d.delay_ms == 0.0)
+                {
+                    return bad(format!(
+                        "{at}: jitter_ms {} needs 0 <= jitter and a delay_ms",
+                        d.jitter_ms
+                    ));
                 }
                 if !(0.0..=100.0).contains(&d.loss_percent) {
-                    return bad(format!("{at}: loss_percent {} out of range (0 .. 100)", d.loss_percent));
+                    return bad(format!(
+                        "{at}: loss_percent {} out of range (0 .. 100)",
+                        d.loss_percent
+                    ));
                 }
                 if let Some(b) = d.burst_loss {
-                    if b.every_packets == 0 || b.burst_packets == 0 || b.burst_packets >= b.every_packets {
-                        return bad(format!("{at}: burst_loss needs 0 < burst_packets < every_packets"));
+                    if b.every_packets == 0
+                        || b.burst_packets == 0
+                        || b.burst_packets >= b.every_packets
+                    {
+                        return bad(format!(
+                            "{at}: burst_loss needs 0 < burst_packets < every_packets"
+                        ));
                     }
                 }
             }
@@ -528,7 +585,14 @@ impl Topology {
             if i > 0 && i <= self.hops.len() {
                 let hop = &self.hops[i - 1];
                 if hop.kind == HopKind::Nat {
-                    let mut s = format!("{name}: NAT (masquerade){}", if hop.strict { ", strict (no state rebuilt mid-stream)" } else { "" });
+                    let mut s = format!(
+                        "{name}: NAT (masquerade){}",
+                        if hop.strict {
+                            ", strict (no state rebuilt mid-stream)"
+                        } else {
+                            ""
+                        }
+                    );
                     let t = hop.conntrack;
                     let mut parts = Vec::new();
                     if let Some(v) = t.tcp_established {
@@ -591,7 +655,10 @@ impl Topology {
                     parts.push(format!("random loss {} %", d.loss_percent));
                 }
                 if let Some(b) = d.burst_loss {
-                    parts.push(format!("loss bursts of {} packets every {} packets", b.burst_packets, b.every_packets));
+                    parts.push(format!(
+                        "loss bursts of {} packets every {} packets",
+                        b.burst_packets, b.every_packets
+                    ));
                 }
                 if !parts.is_empty() {
                     out.push(format!("{from} → {to}: {}", parts.join(", ")));
@@ -604,19 +671,25 @@ impl Topology {
 
 fn validate_host(name: &str, spec: &HostSpec) -> Result<(), LabError> {
     for (key, value) in &spec.sysctl {
-        let ok_chars = key.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-');
+        let ok_chars = key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-');
         if !key.starts_with("net.") || !ok_chars || key.contains("..") {
             return Err(LabError::Topology(format!(
                 "{name}: sysctl `{key}` is not a per-namespace `net.*` setting"
             )));
         }
         if value.to_string().contains('\n') {
-            return Err(LabError::Topology(format!("{name}: sysctl `{key}` value contains a newline")));
+            return Err(LabError::Topology(format!(
+                "{name}: sysctl `{key}` value contains a newline"
+            )));
         }
     }
     if let Some(m) = spec.mss_clamp {
         if !(88..=9000).contains(&m) {
-            return Err(LabError::Topology(format!("{name}: mss_clamp {m} out of range (88 .. 9000)")));
+            return Err(LabError::Topology(format!(
+                "{name}: mss_clamp {m} out of range (88 .. 9000)"
+            )));
         }
     }
     Ok(())
@@ -667,7 +740,13 @@ burst_loss = { every_packets = 100, burst_packets = 3 }
         assert_eq!(l0.direction(Direction::Up).loss_percent, 0.0);
         assert!(t.link(1).needs_delay_line());
         assert!(!t.link(2).needs_delay_line());
-        assert_eq!(t.link(1).direction(Direction::Up).burst_loss, Some(BurstLoss { every_packets: 100, burst_packets: 3 }));
+        assert_eq!(
+            t.link(1).direction(Direction::Up).burst_loss,
+            Some(BurstLoss {
+                every_packets: 100,
+                burst_packets: 3
+            })
+        );
         assert_eq!(t.client.sysctl["net.ipv4.tcp_mtu_probing"].to_string(), "1");
         assert_eq!(t.server.filters, [Filter::DropIcmpFragNeeded]);
         assert!(!t.describe_faults().is_empty());
@@ -685,9 +764,15 @@ burst_loss = { every_packets = 100, burst_packets = 3 }
 
     #[test]
     fn rates_parse() {
-        assert_eq!(Rate::parse("100 Mbit/s").unwrap().bits_per_second, 100_000_000);
+        assert_eq!(
+            Rate::parse("100 Mbit/s").unwrap().bits_per_second,
+            100_000_000
+        );
         assert_eq!(Rate::parse("1Gbit").unwrap().bits_per_second, 1_000_000_000);
-        assert_eq!(Rate::parse("2.5 mbit/s").unwrap().bits_per_second, 2_500_000);
+        assert_eq!(
+            Rate::parse("2.5 mbit/s").unwrap().bits_per_second,
+            2_500_000
+        );
         assert_eq!(Rate::parse("512kbit/s").unwrap().bits_per_second, 512_000);
         assert!(Rate::parse("fast").is_err());
         assert!(Rate::parse("10 furlongs").is_err());
@@ -702,13 +787,19 @@ burst_loss = { every_packets = 100, burst_packets = 3 }
         assert!(err("[[hop]]\nkind = \"bridge\"").contains("unknown variant"));
         assert!(err("[[hop]]\nstrict = true").contains("strict"));
         assert!(err("[[hop]]\nconntrack = { tcp_established = 5 }").contains("only apply"));
-        assert!(err("[[hop]]\nkind=\"nat\"\nconntrack = { tcp_established = 0 }").contains("out of range"));
+        assert!(
+            err("[[hop]]\nkind=\"nat\"\nconntrack = { tcp_established = 0 }")
+                .contains("out of range")
+        );
         assert!(err("[[link]]\n[[link]]").contains("only 1 link"));
         assert!(err("[[link]]\nmtu = 100").contains("mtu 100"));
         assert!(err("[[link]]\nloss_percent = 120.0").contains("loss_percent"));
         assert!(err("[[link]]\nrate = \"7 parsecs\"").contains("unknown unit"));
         assert!(err("[[link]]\njitter_ms = 3.0").contains("jitter"));
-        assert!(err("[[link]]\n[link.up]\nburst_loss = { every_packets = 3, burst_packets = 3 }").contains("burst"));
+        assert!(
+            err("[[link]]\n[link.up]\nburst_loss = { every_packets = 3, burst_packets = 3 }")
+                .contains("burst")
+        );
         assert!(err("[client]\nsysctl = { \"kernel.panic\" = 1 }").contains("net.*"));
         assert!(err("[client]\nfilters = [\"drop-everything\"]").contains("unknown variant"));
         assert!(err("[client]\nmss_clamp = 20").contains("mss_clamp"));

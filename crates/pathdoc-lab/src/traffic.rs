@@ -46,17 +46,34 @@ impl PingStats {
 
 /// Parse the summary of iputils `ping -q`.
 pub fn parse_ping(text: &str) -> Option<PingStats> {
-    let mut stats = PingStats { transmitted: 0, received: 0, rtt_min_ms: 0.0, rtt_avg_ms: 0.0, rtt_max_ms: 0.0, rtt_mdev_ms: 0.0 };
+    let mut stats = PingStats {
+        transmitted: 0,
+        received: 0,
+        rtt_min_ms: 0.0,
+        rtt_avg_ms: 0.0,
+        rtt_max_ms: 0.0,
+        rtt_mdev_ms: 0.0,
+    };
     let mut seen = false;
     for line in text.lines() {
         if line.contains("packets transmitted") {
-            let nums: Vec<u64> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|s| s.parse().ok()).collect();
+            let nums: Vec<u64> = line
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|s| s.parse().ok())
+                .collect();
             stats.transmitted = *nums.first()?;
             stats.received = *nums.get(1)?;
             seen = true;
-        } else if let Some(rest) = line.split_once(" = ").map(|(_, r)| r).filter(|_| line.starts_with("rtt") || line.starts_with("round-trip")) {
+        } else if let Some(rest) = line
+            .split_once(" = ")
+            .map(|(_, r)| r)
+            .filter(|_| line.starts_with("rtt") || line.starts_with("round-trip"))
+        {
             let numbers = rest.split(" ms").next().unwrap_or("");
-            let vals: Vec<f64> = numbers.split('/').filter_map(|v| v.trim().parse().ok()).collect();
+            let vals: Vec<f64> = numbers
+                .split('/')
+                .filter_map(|v| v.trim().parse().ok())
+                .collect();
             if vals.len() == 4 {
                 stats.rtt_min_ms = vals[0];
                 stats.rtt_avg_ms = vals[1];
@@ -69,9 +86,25 @@ pub fn parse_ping(text: &str) -> Option<PingStats> {
 }
 
 /// Ping `to` from `from`: `count` echo requests every `interval` (seconds; ≥ 0.001 as root).
-pub fn ping(lab: &Lab, from: &str, to: IpAddr, count: u32, interval: f64, payload: Option<usize>) -> Result<PingStats, LabError> {
+pub fn ping(
+    lab: &Lab,
+    from: &str,
+    to: IpAddr,
+    count: u32,
+    interval: f64,
+    payload: Option<usize>,
+) -> Result<PingStats, LabError> {
     let mut cmd = lab.command(from, "ping");
-    cmd.args(["-n", "-q", "-c", &count.to_string(), "-i", &format!("{interval}"), "-W", "1"]);
+    cmd.args([
+        "-n",
+        "-q",
+        "-c",
+        &count.to_string(),
+        "-i",
+        &format!("{interval}"),
+        "-W",
+        "1",
+    ]);
     if let Some(size) = payload {
         cmd.args(["-s", &size.to_string(), "-M", "do"]);
     }
@@ -79,7 +112,12 @@ pub fn ping(lab: &Lab, from: &str, to: IpAddr, count: u32, interval: f64, payloa
     let timeout = Duration::from_secs_f64(count as f64 * interval.max(0.0) * 1.5 + 10.0);
     let line = exec::display(&cmd);
     let done = exec::run_unchecked(&mut cmd, None, timeout)?;
-    parse_ping(&done.stdout).ok_or_else(|| LabError::Measurement(format!("`{line}` printed no summary: {}", done.stderr.trim())))
+    parse_ping(&done.stdout).ok_or_else(|| {
+        LabError::Measurement(format!(
+            "`{line}` printed no summary: {}",
+            done.stderr.trim()
+        ))
+    })
 }
 
 /// Result of one iperf3 run.
@@ -94,23 +132,43 @@ pub struct IperfResult {
 
 /// Run iperf3 between two lab hosts for `seconds`. `reverse` makes the server host send (a
 /// download seen from the client host). Extra client arguments go in `extra`.
-pub fn iperf3(lab: &Lab, client_host: &str, server_host: &str, seconds: u32, reverse: bool, extra: &[&str]) -> Result<IperfResult, LabError> {
+pub fn iperf3(
+    lab: &Lab,
+    client_host: &str,
+    server_host: &str,
+    seconds: u32,
+    reverse: bool,
+    extra: &[&str],
+) -> Result<IperfResult, LabError> {
     let port = next_port().to_string();
     let mut srv = lab.command(server_host, "iperf3");
-    srv.args(["-s", "-1", "-p", &port]).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    srv.args(["-s", "-1", "-p", &port])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
     let mut server = lab.spawn(server_host, srv)?;
     let target = lab.addr(server_host).to_string();
     let started = Instant::now();
     loop {
         let mut cmd = lab.command(client_host, "iperf3");
-        cmd.args(["-c", &target, "-p", &port, "-t", &seconds.to_string(), "-J", "--connect-timeout", "3000"]);
+        cmd.args([
+            "-c",
+            &target,
+            "-p",
+            &port,
+            "-t",
+            &seconds.to_string(),
+            "-J",
+            "--connect-timeout",
+            "3000",
+        ]);
         if reverse {
             cmd.arg("-R");
         }
         cmd.args(extra);
         let line = exec::display(&cmd);
         let done = exec::run_unchecked(&mut cmd, None, Duration::from_secs(seconds as u64 + 20))?;
-        let doc: serde_json::Value = serde_json::from_str(&done.stdout).unwrap_or(serde_json::Value::Null);
+        let doc: serde_json::Value =
+            serde_json::from_str(&done.stdout).unwrap_or(serde_json::Value::Null);
         if let Some(err) = doc.get("error").and_then(|e| e.as_str()) {
             if err.contains("refused") && started.elapsed() < Duration::from_secs(3) {
                 std::thread::sleep(Duration::from_millis(100));
@@ -121,12 +179,21 @@ pub fn iperf3(lab: &Lab, client_host: &str, server_host: &str, seconds: u32, rev
         let end = &doc["end"];
         let bps = end["sum_received"]["bits_per_second"].as_f64();
         let Some(bps) = bps else {
-            return Err(LabError::Measurement(format!("`{line}` gave no result: {}", done.stderr.trim())));
+            return Err(LabError::Measurement(format!(
+                "`{line}` gave no result: {}",
+                done.stderr.trim()
+            )));
         };
         let retransmits = end["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
-        let secs = end["sum_received"]["seconds"].as_f64().unwrap_or(seconds as f64);
+        let secs = end["sum_received"]["seconds"]
+            .as_f64()
+            .unwrap_or(seconds as f64);
         let _ = server.wait_timeout(Duration::from_secs(2));
-        return Ok(IperfResult { bits_per_second: bps, retransmits, seconds: secs });
+        return Ok(IperfResult {
+            bits_per_second: bps,
+            retransmits,
+            seconds: secs,
+        });
     }
 }
 
@@ -144,8 +211,9 @@ pub struct TransferOutcome {
 pub fn download(lab: &Lab, bytes: u64, deadline: Duration) -> Result<TransferOutcome, LabError> {
     let port = next_port();
     let server_ns = lab.netns("server").to_string();
-    let listener: TcpListener = pathdoc_sys::netns::run_in_netns(&server_ns, || TcpListener::bind(("0.0.0.0", port)))?
-        .map_err(|e| LabError::io(format!("listening on port {port} in {server_ns}"), e))?;
+    let listener: TcpListener =
+        pathdoc_sys::netns::run_in_netns(&server_ns, || TcpListener::bind(("0.0.0.0", port)))?
+            .map_err(|e| LabError::io(format!("listening on port {port} in {server_ns}"), e))?;
     let sender = std::thread::spawn(move || -> std::io::Result<()> {
         listener.set_nonblocking(false)?;
         let (mut conn, _) = listener.accept()?;
@@ -161,8 +229,10 @@ pub fn download(lab: &Lab, bytes: u64, deadline: Duration) -> Result<TransferOut
     });
     let addr = SocketAddr::new(lab.addr("server"), port);
     let client_ns = lab.netns("client").to_string();
-    let mut stream = pathdoc_sys::netns::run_in_netns(&client_ns, || TcpStream::connect_timeout(&addr, Duration::from_secs(3)))?
-        .map_err(|e| LabError::io(format!("connecting to {addr} from {client_ns}"), e))?;
+    let mut stream = pathdoc_sys::netns::run_in_netns(&client_ns, || {
+        TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+    })?
+    .map_err(|e| LabError::io(format!("connecting to {addr} from {client_ns}"), e))?;
     let start = Instant::now();
     let mut received = 0u64;
     let mut buf = vec![0u8; 64 * 1024];
@@ -171,11 +241,20 @@ pub fn download(lab: &Lab, bytes: u64, deadline: Duration) -> Result<TransferOut
         if left.is_zero() {
             break;
         }
-        stream.set_read_timeout(Some(left.max(Duration::from_millis(1)))).map_err(|e| LabError::io("read timeout", e))?;
+        stream
+            .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .map_err(|e| LabError::io("read timeout", e))?;
         match stream.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => received += n as u64,
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => break,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                break
+            }
             Err(e) => return Err(LabError::io("reading the download", e)),
         }
     }
@@ -183,7 +262,12 @@ pub fn download(lab: &Lab, bytes: u64, deadline: Duration) -> Result<TransferOut
     // Closing both ends unblocks the sender thread (its write fails).
     drop(stream);
     let _ = sender.join();
-    Ok(TransferOutcome { requested: bytes, received, completed: received >= bytes, elapsed_ms })
+    Ok(TransferOutcome {
+        requested: bytes,
+        received,
+        completed: received >= bytes,
+        elapsed_ms,
+    })
 }
 
 /// An established TCP connection between the client host and the server host, both ends held
@@ -199,23 +283,33 @@ impl TcpPair {
     pub fn open(lab: &Lab) -> Result<TcpPair, LabError> {
         let port = next_port();
         let server_ns = lab.netns("server").to_string();
-        let listener: TcpListener = pathdoc_sys::netns::run_in_netns(&server_ns, || TcpListener::bind(("0.0.0.0", port)))?
-            .map_err(|e| LabError::io(format!("listening on port {port} in {server_ns}"), e))?;
+        let listener: TcpListener =
+            pathdoc_sys::netns::run_in_netns(&server_ns, || TcpListener::bind(("0.0.0.0", port)))?
+                .map_err(|e| LabError::io(format!("listening on port {port} in {server_ns}"), e))?;
         let addr = SocketAddr::new(lab.addr("server"), port);
-        let client = pathdoc_sys::netns::run_in_netns(lab.netns("client"), || TcpStream::connect_timeout(&addr, Duration::from_secs(3)))?
-            .map_err(|e| LabError::io(format!("connecting to {addr}"), e))?;
-        listener.set_nonblocking(true).map_err(|e| LabError::io("listener", e))?;
+        let client = pathdoc_sys::netns::run_in_netns(lab.netns("client"), || {
+            TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+        })?
+        .map_err(|e| LabError::io(format!("connecting to {addr}"), e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| LabError::io("listener", e))?;
         let start = Instant::now();
         let server = loop {
             match listener.accept() {
                 Ok((s, _)) => break s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && start.elapsed() < Duration::from_secs(3) => {
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        && start.elapsed() < Duration::from_secs(3) =>
+                {
                     std::thread::sleep(Duration::from_millis(5))
                 }
                 Err(e) => return Err(LabError::io("accepting the test connection", e)),
             }
         };
-        server.set_nonblocking(false).map_err(|e| LabError::io("socket", e))?;
+        server
+            .set_nonblocking(false)
+            .map_err(|e| LabError::io("socket", e))?;
         for s in [&client, &server] {
             s.set_nodelay(true).map_err(|e| LabError::io("socket", e))?;
         }
@@ -233,8 +327,14 @@ impl TcpPair {
     }
 }
 
-fn transfer(from: &mut TcpStream, to: &mut TcpStream, data: &[u8], wait: Duration) -> Result<bool, LabError> {
-    from.write_all(data).map_err(|e| LabError::io("sending on the test connection", e))?;
+fn transfer(
+    from: &mut TcpStream,
+    to: &mut TcpStream,
+    data: &[u8],
+    wait: Duration,
+) -> Result<bool, LabError> {
+    from.write_all(data)
+        .map_err(|e| LabError::io("sending on the test connection", e))?;
     // Earlier sends that were stuck may arrive first: the stream must *end* with `data`.
     let start = Instant::now();
     let mut got: Vec<u8> = Vec::new();
@@ -244,7 +344,8 @@ fn transfer(from: &mut TcpStream, to: &mut TcpStream, data: &[u8], wait: Duratio
         if left.is_zero() {
             return Ok(false);
         }
-        to.set_read_timeout(Some(left)).map_err(|e| LabError::io("read timeout", e))?;
+        to.set_read_timeout(Some(left))
+            .map_err(|e| LabError::io("read timeout", e))?;
         match to.read(&mut buf) {
             Ok(0) => return Ok(false),
             Ok(n) => got.extend_from_slice(&buf[..n]),

@@ -27,11 +27,18 @@ pub const NETNS_RUN_DIR: &str = "/run/netns";
 #[derive(Debug, thiserror::Error)]
 pub enum NetnsError {
     #[error("network namespace `{name}` cannot be opened at {path}: {source} (does it exist? see `ip netns list`)")]
-    Open { name: String, path: PathBuf, source: std::io::Error },
+    Open {
+        name: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("setns into network namespace `{name}` failed: {source} (needs root / CAP_SYS_ADMIN)")]
     Setns { name: String, source: nix::Error },
     #[error("could not start a thread for network namespace `{name}`: {source}")]
-    Thread { name: String, source: std::io::Error },
+    Thread {
+        name: String,
+        source: std::io::Error,
+    },
     #[error("code running inside network namespace `{name}` panicked: {message}")]
     Panicked { name: String, message: String },
 }
@@ -71,16 +78,27 @@ where
     T: Send,
 {
     let path = netns_path(name);
-    let file = File::open(&path).map_err(|source| NetnsError::Open { name: name.to_string(), path, source })?;
+    let file = File::open(&path).map_err(|source| NetnsError::Open {
+        name: name.to_string(),
+        path,
+        source,
+    })?;
     std::thread::scope(|scope| {
         let handle = std::thread::Builder::new()
             .name(format!("netns-{name}"))
             .spawn_scoped(scope, || -> Result<T, NetnsError> {
-                nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
-                    .map_err(|source| NetnsError::Setns { name: name.to_string(), source })?;
+                nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).map_err(
+                    |source| NetnsError::Setns {
+                        name: name.to_string(),
+                        source,
+                    },
+                )?;
                 Ok(f())
             })
-            .map_err(|source| NetnsError::Thread { name: name.to_string(), source })?;
+            .map_err(|source| NetnsError::Thread {
+                name: name.to_string(),
+                source,
+            })?;
         match handle.join() {
             Ok(result) => result,
             Err(payload) => {
@@ -89,7 +107,10 @@ where
                     .map(|s| s.to_string())
                     .or_else(|| payload.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "non-string panic payload".to_string());
-                Err(NetnsError::Panicked { name: name.to_string(), message })
+                Err(NetnsError::Panicked {
+                    name: name.to_string(),
+                    message,
+                })
             }
         }
     })
@@ -101,7 +122,9 @@ where
 /// refused.
 pub fn write_sysctl(netns: &str, key: &str, value: &str) -> Result<(), SysctlError> {
     if !key.starts_with("net.") || key.contains("..") || key.contains('/') {
-        return Err(SysctlError::NotNamespaced { key: key.to_string() });
+        return Err(SysctlError::NotNamespaced {
+            key: key.to_string(),
+        });
     }
     let path = PathBuf::from("/proc/sys").join(key.replace('.', "/"));
     let outcome = run_in_netns(netns, || std::fs::write(&path, value))?;
@@ -116,15 +139,19 @@ pub fn write_sysctl(netns: &str, key: &str, value: &str) -> Result<(), SysctlErr
 /// Read a sysctl inside the named namespace (trimmed).
 pub fn read_sysctl(netns: &str, key: &str) -> Result<String, SysctlError> {
     if !key.starts_with("net.") || key.contains("..") || key.contains('/') {
-        return Err(SysctlError::NotNamespaced { key: key.to_string() });
+        return Err(SysctlError::NotNamespaced {
+            key: key.to_string(),
+        });
     }
     let path = PathBuf::from("/proc/sys").join(key.replace('.', "/"));
     let outcome = run_in_netns(netns, || std::fs::read_to_string(&path))?;
-    outcome.map(|s| s.trim().to_string()).map_err(|source| SysctlError::Read {
-        netns: netns.to_string(),
-        key: key.to_string(),
-        source,
-    })
+    outcome
+        .map(|s| s.trim().to_string())
+        .map_err(|source| SysctlError::Read {
+            netns: netns.to_string(),
+            key: key.to_string(),
+            source,
+        })
 }
 
 /// Failure to read or write a per-namespace sysctl.
@@ -133,9 +160,18 @@ pub enum SysctlError {
     #[error("sysctl `{key}` is not a per-network-namespace setting (expected `net.*`)")]
     NotNamespaced { key: String },
     #[error("cannot set sysctl {key}={value:?} in namespace `{netns}`: {source}")]
-    Write { netns: String, key: String, value: String, source: std::io::Error },
+    Write {
+        netns: String,
+        key: String,
+        value: String,
+        source: std::io::Error,
+    },
     #[error("cannot read sysctl {key} in namespace `{netns}`: {source}")]
-    Read { netns: String, key: String, source: std::io::Error },
+    Read {
+        netns: String,
+        key: String,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Netns(#[from] NetnsError),
 }

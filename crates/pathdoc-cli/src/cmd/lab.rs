@@ -100,7 +100,8 @@ pub fn run(args: LabArgs, global: Global) -> anyhow::Result<i32> {
 fn load_topology(scenario: Option<&str>, file: Option<&PathBuf>) -> anyhow::Result<Topology> {
     match (scenario, file) {
         (_, Some(path)) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading topology {}", path.display()))?;
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading topology {}", path.display()))?;
             Topology::from_toml(&text).with_context(|| format!("in {}", path.display()))
         }
         (Some(name), None) => Ok(Topology::scenario(name)?),
@@ -110,11 +111,18 @@ fn load_topology(scenario: Option<&str>, file: Option<&PathBuf>) -> anyhow::Resu
 
 fn up(a: UpArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
     let topo = load_topology(a.scenario.as_deref(), a.topology.as_ref())?;
-    let opts = LabOptions { name: a.name, prefix: prefix.to_string(), helper_exe: None };
+    let opts = LabOptions {
+        name: a.name,
+        prefix: prefix.to_string(),
+        helper_exe: None,
+    };
     let lab = Lab::up(&topo, &opts)?;
     let st = lab.persist();
     if global.json {
-        println!("{}", serde_json::to_string_pretty(&json!({"schema": SCHEMA, "command": "up", "lab": st}))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"schema": SCHEMA, "command": "up", "lab": st}))?
+        );
     } else {
         print!("{}", render_lab(&st, true));
     }
@@ -123,11 +131,22 @@ fn up(a: UpArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
 
 fn render_lab(st: &LabState, usage: bool) -> String {
     let mut s = String::new();
-    let what = st.scenario.as_deref().map(|n| format!(" (scenario {n})")).unwrap_or_default();
-    s.push_str(&format!("lab {}{what}: {}\n", st.name, st.description.as_deref().unwrap_or("custom topology")));
+    let what = st
+        .scenario
+        .as_deref()
+        .map(|n| format!(" (scenario {n})"))
+        .unwrap_or_default();
+    s.push_str(&format!(
+        "lab {}{what}: {}\n",
+        st.name,
+        st.description.as_deref().unwrap_or("custom topology")
+    ));
     s.push_str("hosts:\n");
     for h in &st.hosts {
-        s.push_str(&format!("  {:<7} {:<15} netns {}\n", h.name, h.addr, h.netns));
+        s.push_str(&format!(
+            "  {:<7} {:<15} netns {}\n",
+            h.name, h.addr, h.netns
+        ));
         for i in &h.ifaces {
             s.push_str(&format!("          {i}\n"));
         }
@@ -143,14 +162,29 @@ fn render_lab(st: &LabState, usage: bool) -> String {
     if !st.processes.is_empty() {
         s.push_str("processes:\n");
         for p in &st.processes {
-            let alive = if state_alive(p.pid) { "running" } else { "gone" };
-            s.push_str(&format!("  - pid {} in {} ({}): {}\n", p.pid, p.netns, alive, p.what));
+            let alive = if state_alive(p.pid) {
+                "running"
+            } else {
+                "gone"
+            };
+            s.push_str(&format!(
+                "  - pid {} in {} ({}): {}\n",
+                p.pid, p.netns, alive, p.what
+            ));
         }
     }
     if usage {
-        let server = st.hosts.iter().find(|h| h.name == "server").map(|h| h.addr.to_string()).unwrap_or_default();
+        let server = st
+            .hosts
+            .iter()
+            .find(|h| h.name == "server")
+            .map(|h| h.addr.to_string())
+            .unwrap_or_default();
         s.push_str("use it:\n");
-        s.push_str(&format!("  pathdoc lab exec {} client -- ping -c 3 {server}\n", st.name));
+        s.push_str(&format!(
+            "  pathdoc lab exec {} client -- ping -c 3 {server}\n",
+            st.name
+        ));
         if let Some(c) = st.hosts.first() {
             s.push_str(&format!("  ip netns exec {} bash\n", c.netns));
         }
@@ -175,14 +209,22 @@ fn render_teardown(td: &Teardown) -> String {
 fn down(a: DownArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
     pathdoc_lab::preflight::require_root()?;
     let (td, what) = if a.all {
-        (state::destroy_all(prefix)?, format!("every lab with prefix {prefix}"))
+        (
+            state::destroy_all(prefix)?,
+            format!("every lab with prefix {prefix}"),
+        )
     } else {
         let name = a.name.unwrap_or_default();
         let st = state::load(prefix, &name)?;
         (state::destroy(&st)?, format!("lab {name}"))
     };
     if global.json {
-        println!("{}", serde_json::to_string_pretty(&json!({"schema": SCHEMA, "command": "down", "removed": td}))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"schema": SCHEMA, "command": "down", "removed": td})
+            )?
+        );
     } else {
         print!("{what}: {}", render_teardown(&td));
     }
@@ -204,7 +246,12 @@ fn status(a: StatusArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
             .iter()
             .map(|l| json!({"lab": l, "complete": l.is_complete(), "live_pids": l.live_processes().iter().map(|p| p.pid).collect::<Vec<_>>()}))
             .collect();
-        println!("{}", serde_json::to_string_pretty(&json!({"schema": SCHEMA, "command": "status", "labs": docs, "orphan_namespaces": orphans}))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"schema": SCHEMA, "command": "status", "labs": docs, "orphan_namespaces": orphans})
+            )?
+        );
     } else {
         if labs.is_empty() {
             println!("no labs with prefix {prefix}");
@@ -214,15 +261,28 @@ fn status(a: StatusArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
                 print!("{}", render_lab(l, true));
             } else {
                 let what = l.scenario.clone().unwrap_or_else(|| "custom".into());
-                let server = l.hosts.iter().find(|h| h.name == "server").map(|h| h.addr.to_string()).unwrap_or_default();
-                println!("{:<10} {:<18} {} hosts, server {server}", l.name, what, l.hosts.len());
+                let server = l
+                    .hosts
+                    .iter()
+                    .find(|h| h.name == "server")
+                    .map(|h| h.addr.to_string())
+                    .unwrap_or_default();
+                println!(
+                    "{:<10} {:<18} {} hosts, server {server}",
+                    l.name,
+                    what,
+                    l.hosts.len()
+                );
             }
             if !l.is_complete() {
                 println!("  ! some namespaces of {} are gone; remove the rest with `pathdoc lab down {}`", l.name, l.name);
             }
         }
         if !orphans.is_empty() {
-            println!("orphan namespaces (no state file): {}; remove with `pathdoc lab down --all`", orphans.join(", "));
+            println!(
+                "orphan namespaces (no state file): {}; remove with `pathdoc lab down --all`",
+                orphans.join(", ")
+            );
         }
     }
     Ok(if healthy && orphans.is_empty() { 0 } else { 1 })
@@ -231,8 +291,16 @@ fn status(a: StatusArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
 fn list(global: Global) -> anyhow::Result<i32> {
     let scenarios = pathdoc_lab::scenarios::SCENARIOS;
     if global.json {
-        let docs: Vec<_> = scenarios.iter().map(|s| json!({"name": s.name, "summary": s.summary, "seed": s.seed})).collect();
-        println!("{}", serde_json::to_string_pretty(&json!({"schema": SCHEMA, "command": "list", "scenarios": docs}))?);
+        let docs: Vec<_> = scenarios
+            .iter()
+            .map(|s| json!({"name": s.name, "summary": s.summary, "seed": s.seed}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"schema": SCHEMA, "command": "list", "scenarios": docs})
+            )?
+        );
     } else {
         for s in scenarios {
             println!("{:<18} {}\n{:<18} story: {}", s.name, s.summary, "", s.seed);
@@ -243,14 +311,33 @@ fn list(global: Global) -> anyhow::Result<i32> {
 
 fn exec(a: ExecArgs, prefix: &str) -> anyhow::Result<i32> {
     let st = state::load(prefix, &a.name)?;
-    let host = st.hosts.iter().find(|h| h.name == a.host).with_context(|| {
-        format!("no host `{}` in lab {}; hosts: {}", a.host, a.name, st.hosts.iter().map(|h| h.name.as_str()).collect::<Vec<_>>().join(", "))
-    })?;
+    let host = st
+        .hosts
+        .iter()
+        .find(|h| h.name == a.host)
+        .with_context(|| {
+            format!(
+                "no host `{}` in lab {}; hosts: {}",
+                a.host,
+                a.name,
+                st.hosts
+                    .iter()
+                    .map(|h| h.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })?;
     let status = std::process::Command::new("ip")
         .args(["netns", "exec", &host.netns])
         .args(&a.command)
         .status()
-        .with_context(|| format!("running `ip netns exec {} {}`", host.netns, a.command.join(" ")))?;
+        .with_context(|| {
+            format!(
+                "running `ip netns exec {} {}`",
+                host.netns,
+                a.command.join(" ")
+            )
+        })?;
     Ok(status.code().unwrap_or(2))
 }
 
@@ -266,9 +353,16 @@ fn extra_checks(_scenario: &str) -> Vec<fn(&Lab, demo::Say) -> Result<(), pathdo
 fn run_demo(a: DemoArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
     pathdoc_lab::preflight::check_for_up(true, false)?;
     pathdoc_lab::preflight::check_for_demo()?;
-    let steps: Vec<DemoStep> = demo::builtin_steps().into_iter().filter(|s| a.only.is_empty() || a.only.iter().any(|o| o == s.scenario)).collect();
+    let steps: Vec<DemoStep> = demo::builtin_steps()
+        .into_iter()
+        .filter(|s| a.only.is_empty() || a.only.iter().any(|o| o == s.scenario))
+        .collect();
     if steps.is_empty() {
-        anyhow::bail!("no demo step matches {:?}; scenarios: {}", a.only, pathdoc_lab::scenarios::names().join(", "));
+        anyhow::bail!(
+            "no demo step matches {:?}; scenarios: {}",
+            a.only,
+            pathdoc_lab::scenarios::names().join(", ")
+        );
     }
     let handler_prefix = prefix.to_string();
     ctrlc::set_handler(move || {
@@ -291,7 +385,8 @@ fn run_demo(a: DemoArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
         let mut topo = Topology::scenario(step.scenario)?;
         (step.adjust)(&mut topo);
         let name = format!("demo{}-{i}", std::process::id());
-        *DEMO_LAB.lock().unwrap_or_else(|e| e.into_inner()) = Some((prefix.to_string(), name.clone()));
+        *DEMO_LAB.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((prefix.to_string(), name.clone()));
         let mut lines: Vec<String> = Vec::new();
         if !global.json {
             println!("== {} — {}", step.scenario, step.title);
@@ -306,7 +401,11 @@ fn run_demo(a: DemoArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
             lines.push(line);
         };
         let outcome = (|| -> Result<(), pathdoc_lab::LabError> {
-            let opts = LabOptions { name: Some(name.clone()), prefix: prefix.to_string(), helper_exe: None };
+            let opts = LabOptions {
+                name: Some(name.clone()),
+                prefix: prefix.to_string(),
+                helper_exe: None,
+            };
             let lab = Lab::up(&topo, &opts)?;
             for f in lab.state().faults {
                 say(format!("fault: {f}"));
@@ -329,7 +428,12 @@ fn run_demo(a: DemoArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
         results.push(json!({"scenario": step.scenario, "title": step.title, "observations": lines, "error": error}));
     }
     if global.json {
-        println!("{}", serde_json::to_string_pretty(&json!({"schema": SCHEMA, "command": "demo", "steps": results}))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"schema": SCHEMA, "command": "demo", "steps": results})
+            )?
+        );
     } else {
         println!("demo finished in {:.0} s", started.elapsed().as_secs_f64());
     }
