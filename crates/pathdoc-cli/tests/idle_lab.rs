@@ -1,0 +1,172 @@
+//! End-to-end tests of `pathdoc check --idle` through the lab: real conntrack NAT, real
+//! `pathdoc server` in the server namespace, time scaled to seconds via the same flags users run.
+
+use std::time::{Duration, Instant};
+
+use pathdoc_lab::{state, Lab, LabOptions, LabProcess, Topology};
+use serde_json::Value;
+
+/// Removes everything with the test's prefix when dropped (also on panic).
+struct Cleanup(String);
+
+impl Cleanup {
+    fn new(test: &str) -> Self {
+        let p = prefix(test);
+        let _ = state::destroy_all(&p);
+        Cleanup(p)
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = state::destroy_all(&self.0);
+    }
+}
+
+fn prefix(test: &str) -> String {
+    format!("pdi-{test}-")
+}
+
+fn opts(test: &str) -> LabOptions {
+    LabOptions { name: None, prefix: prefix(test), helper_exe: Some(env!("CARGO_BIN_EXE_pathdoc").into()) }
+}
+
+fn server(lab: &Lab) -> LabProcess {
+    let mut cmd = lab.command("server", env!("CARGO_BIN_EXE_pathdoc"));
+    cmd.args(["server", "--listen", "0.0.0.0:7224"]);
+    let p = lab.spawn("server", cmd).unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    p
+}
+
+/// Run the idle check from the client namespace; returns (exit code, report, wall time).
+fn check(lab: &Lab, args: &[&str]) -> (i32, Value, Duration) {
+    let t0 = Instant::now();
+    let out = lab
+        .command("client", env!("CARGO_BIN_EXE_pathdoc"))
+        .args(["--json", "check", &lab.addr("server").to_string(), "--idle"])
+        .args(args)
+        .output()
+        .unwrap();
+    let wall = t0.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("bad JSON ({e}): {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap_or(-1), report, wall)
+}
+
+fn finding<'a>(report: &'a Value, id: &str) -> &'a Value {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == id)
+        .unwrap_or_else(|| panic!("no finding {id} in {report:#}"))
+}
+
+fn ladder<'a>(report: &'a Value, mode: &str) -> &'a Value {
+    report["data"]["idle"]["ladders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["mode"] == mode)
+        .map(|l| &l["outcome"])
+        .unwrap_or_else(|| panic!("no {mode} ladder"))
+}
+
+fn nat(strict: bool, established: u32) -> Topology {
+    Topology::from_toml(&format!(
+        "[[hop]]\nkind = \"nat\"\nstrict = {strict}\nconntrack = {{ tcp_established = {established} }}\n"
+    ))
+    .unwrap()
+}
+
+#[test]
+fn strict_nat_timeout_is_found_within_the_resolution_and_early() {
+    let _c = Cleanup::new("strict");
+    let lab = Lab::up(&nat(true, 5), &opts("strict")).unwrap();
+    let _srv = server(&lab);
+    let (code, report, wall) = check(&lab, &["--idle-max", "30s", "--idle-resolution", "1s"]);
+    let f = finding(&report, "tcp-idle-timeout");
+    assert_eq!(f["status"], "fail", "{f:#}");
+    assert_eq!(code, 1);
+    let s = ladder(&report, "server-initiated");
+    let (lower, upper) = (s["lower_s"].as_f64().unwrap(), s["upper_s"].as_f64().unwrap());
+    assert!(lower < 5.0 && upper >= 5.0, "bracket ({lower}, {upper}] must contain the 5 s timeout");
+    assert!(upper - lower <= 1.05, "bracket ({lower}, {upper}] wider than the 1 s resolution");
+    assert_eq!(report["data"]["idle"]["early_stop"], true);
+    assert!(wall < Duration::from_secs(15), "took {wall:?} for a 5 s timeout with a 30 s horizon");
+    // Strict: client-initiated probes die too, and nothing was reset.
+    let c = ladder(&report, "client-initiated");
+    assert!(c["upper_s"].as_f64().is_some_and(|u| u <= 6.5), "{c:#}");
+    assert_eq!(finding(&report, "tcp-state-rebuilt")["status"], "info");
+    assert_eq!(s["deaths"][0][0], "silent-drop", "{s:#}");
+    lab.down().unwrap();
+}
+
+#[test]
+fn clean_path_gives_no_false_alarm() {
+    let _c = Cleanup::new("clean");
+    let lab = Lab::up(&Topology::scenario("clean").unwrap(), &opts("clean")).unwrap();
+    let _srv = server(&lab);
+    let (code, report, _) = check(&lab, &["--idle-max", "8s", "--idle-resolution", "1s"]);
+    for f in report["findings"].as_array().unwrap() {
+        assert!(f["status"] == "pass" || f["status"] == "info", "false alarm: {f:#}");
+    }
+    assert_eq!(code, 0);
+    let s = ladder(&report, "server-initiated");
+    assert!(s["upper_s"].is_null());
+    assert!(s["lower_s"].as_f64().unwrap() >= 8.0, "{s:#}");
+    lab.down().unwrap();
+}
+
+#[test]
+fn loose_nat_rebuilds_state_for_client_initiated_probes_only() {
+    let _c = Cleanup::new("loose");
+    let lab = Lab::up(&nat(false, 4), &opts("loose")).unwrap();
+    let _srv = server(&lab);
+    let (_, report, _) = check(&lab, &["--idle-max", "10s", "--idle-resolution", "1s"]);
+    assert_eq!(finding(&report, "tcp-idle-timeout")["status"], "fail");
+    let s = ladder(&report, "server-initiated");
+    assert!(s["upper_s"].as_f64().unwrap() <= 5.5, "{s:#}");
+    let c = ladder(&report, "client-initiated");
+    assert!(c["upper_s"].is_null(), "client-initiated probes must pass: {c:#}");
+    let f = finding(&report, "tcp-state-rebuilt");
+    assert_eq!(f["status"], "warn", "{f:#}");
+    lab.down().unwrap();
+}
+
+#[test]
+fn control_outage_is_flagged_not_read_as_a_timeout() {
+    let _c = Cleanup::new("outage");
+    let lab = Lab::up(&Topology::scenario("clean").unwrap(), &opts("outage")).unwrap();
+    let _srv = server(&lab);
+    let lab_ref = &lab;
+    let (code, report, _) = std::thread::scope(|s| {
+        s.spawn(move || {
+            // Cut the server off completely from 3 s to 7 s into the run.
+            std::thread::sleep(Duration::from_secs(3));
+            let nft = |script: &str| {
+                let mut c = lab_ref.command("server", "nft");
+                c.args(["-f", "-"]).stdin(std::process::Stdio::piped());
+                let mut child = c.spawn().unwrap();
+                use std::io::Write;
+                child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+                assert!(child.wait().unwrap().success());
+            };
+            nft("table inet pdicut {\n chain in { type filter hook input priority -300; policy drop; }\n chain out { type filter hook output priority -300; policy drop; }\n}\n");
+            std::thread::sleep(Duration::from_secs(4));
+            nft("delete table inet pdicut");
+        });
+        check(lab_ref, &["--idle-max", "14s", "--idle-resolution", "1s"])
+    });
+    let idle = &report["data"]["idle"];
+    assert!(!idle["outages"].as_array().unwrap().is_empty(), "outage not flagged: {idle:#}");
+    assert_eq!(finding(&report, "idle-outages")["status"], "info");
+    let f = finding(&report, "tcp-idle-timeout");
+    assert_ne!(f["status"], "fail", "outage read as a timeout: {f:#}");
+    assert_ne!(code, 1);
+    let lost = idle["tests"].as_array().unwrap().iter().filter(|t| t["outcome"] == "lost to outage").count();
+    assert!(lost > 0, "no test was marked lost to the outage");
+    lab.down().unwrap();
+}
