@@ -200,6 +200,9 @@ pub struct MssObservation {
     pub client_pmtu: Option<u32>,
     /// IP + TCP header bytes (40 IPv4, 60 IPv6).
     pub header_bytes: u32,
+    /// The client's send window (TCP_INFO snd_wnd): Linux also caps the send MSS at half the
+    /// largest window seen, which hides the peer's MSS on tiny-window or loopback paths.
+    pub client_snd_wnd: Option<u32>,
 }
 
 /// MSS comparison in one direction.
@@ -226,9 +229,10 @@ pub fn compare_mss(o: &MssObservation) -> Vec<MssComparison> {
     if let (Some(sent), Some(snd)) = (o.server_sent, o.client_snd_mss) {
         let arrived = snd + if o.timestamps { 12 } else { 0 };
         let own_cap = o.client_pmtu.map(|p| p.saturating_sub(o.header_bytes));
+        let window_cap = o.client_snd_wnd.map(|w| w / 2);
         let rewritten = if arrived == sent {
             Some(false)
-        } else if arrived < sent && own_cap.is_some_and(|c| arrived < c) {
+        } else if arrived < sent && own_cap.is_some_and(|c| arrived < c) && window_cap.is_none_or(|w| arrived + 64 < w) {
             Some(true)
         } else {
             None
@@ -380,6 +384,7 @@ mod tests {
             timestamps: true,
             client_pmtu: Some(1500),
             header_bytes: 40,
+            client_snd_wnd: Some(64240),
         };
         let cmp = compare_mss(&base);
         assert_eq!(cmp.len(), 2);
@@ -395,6 +400,9 @@ mod tests {
         // The client's own PMTU (1400) explains a smaller send MSS: cannot tell.
         let own = MssObservation { client_snd_mss: Some(1348), client_pmtu: Some(1400), ..base };
         assert_eq!(compare_mss(&own)[1].rewritten, None);
+        // Loopback: half the window (32 KiB) caps the send MSS, not a middlebox.
+        let lo = MssObservation { server_sent: Some(65495), client_snd_mss: Some(32768), client_pmtu: Some(65535), client_snd_wnd: Some(65536), ..base };
+        assert_eq!(compare_mss(&lo)[1].rewritten, None);
         assert!(compare_mss(&MssObservation::default()).is_empty());
     }
 

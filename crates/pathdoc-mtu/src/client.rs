@@ -128,7 +128,11 @@ pub async fn run_check(server: SocketAddr, token: Option<String>, opts: &MtuOpti
         return Err(MtuError::Options(format!("attempts must be 1..={MAX_ATTEMPTS} and the wait at most {MAX_WAIT_MS} ms")));
     }
     progress.status("mtu: connecting");
-    let (mut conn, welcome) = pathdoc_proto::connect(server, token.clone(), Channel::Control { check: CheckKind::Mtu, resume: None }, opts.connect_timeout).await?;
+    // The control connection must cross the very black hole it diagnoses: a small MSS in our SYN
+    // keeps the server's replies in small segments (RFC 879's 536 fits any IPv4 or IPv6 path).
+    let stream = connect_with_mss(server, Some(CONTROL_MSS), opts.connect_timeout).await?;
+    let (mut conn, welcome) =
+        pathdoc_proto::handshake(stream, token.clone(), Channel::Control { check: CheckKind::Mtu, resume: None }, opts.connect_timeout).await?;
     let session = welcome.session;
     let ipv6 = server.is_ipv6();
     let mut data = MtuData { server: server.to_string(), ipv6, ..Default::default() };
@@ -412,15 +416,38 @@ async fn mss_check(conn: &mut FramedConn, server: SocketAddr, ipv6: bool) -> Res
         return Err(MtuError::Unexpected("expected mss-seen".into()));
     };
     drop(stream);
+    // TCP_INFO advmss drops by the 12 timestamp option bytes once timestamps are negotiated;
+    // the SYN carried the full value.
+    let ts = if info.timestamps() { 12 } else { 0 };
     Ok(MssObservation {
-        client_sent: Some(info.advmss()),
+        client_sent: Some(info.advmss() + ts),
         server_saw: syn_mss,
-        server_sent: server_advmss,
+        server_sent: server_advmss.map(|m| m + ts),
+        client_snd_wnd: info.has(pathdoc_sys::tcp_info::field::SND_WND).then_some(info.snd_wnd),
         client_snd_mss: Some(info.snd_mss()),
         timestamps: info.timestamps(),
         client_pmtu: Some(info.pmtu()),
         header_bytes: if ipv6 { 60 } else { 40 },
     })
+}
+
+/// MSS of the control connection (see [`run_check`]).
+const CONTROL_MSS: u32 = 536;
+
+/// TCP connect with `TCP_MAXSEG` set before the SYN, so the SYN advertises that MSS.
+async fn connect_with_mss(server: SocketAddr, mss: Option<u32>, timeout: Duration) -> Result<tokio::net::TcpStream, MtuError> {
+    let stream = tokio::task::spawn_blocking(move || -> std::io::Result<std::net::TcpStream> {
+        let s = socket2::Socket::new(socket2::Domain::for_address(server), socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+        if let Some(m) = mss {
+            s.set_mss(m)?;
+        }
+        s.connect_timeout(&server.into(), timeout)?;
+        s.set_nonblocking(true)?;
+        Ok(s.into())
+    })
+    .await
+    .map_err(|e| MtuError::Server(format!("connect task failed: {e}")))??;
+    Ok(tokio::net::TcpStream::from_std(stream)?)
 }
 
 async fn bulk_download(
@@ -432,18 +459,7 @@ async fn bulk_download(
     opts: &MtuOptions,
 ) -> Result<BulkRun, MtuError> {
     let connect_timeout = opts.connect_timeout;
-    let stream = tokio::task::spawn_blocking(move || -> std::io::Result<std::net::TcpStream> {
-        let s = socket2::Socket::new(socket2::Domain::for_address(server), socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
-        if let Some(m) = mss {
-            s.set_mss(m)?;
-        }
-        s.connect_timeout(&server.into(), connect_timeout)?;
-        s.set_nonblocking(true)?;
-        Ok(s.into())
-    })
-    .await
-    .map_err(|e| MtuError::Server(format!("connect task failed: {e}")))??;
-    let stream = tokio::net::TcpStream::from_std(stream)?;
+    let stream = connect_with_mss(server, mss, connect_timeout).await?;
     let (mut data_conn, _) = pathdoc_proto::handshake(stream, token, Channel::Data { session, tag: TAG_BULK }, connect_timeout).await?;
     let duration_ms = opts.bulk.as_millis().min(u128::from(MAX_BULK_MS)) as u32;
     data_conn.send(&BulkRequest { duration_ms }).await?;

@@ -225,6 +225,7 @@ fn mss_findings(data: &MtuData) -> Vec<Finding> {
                     Direction::ClientToServer => data.up.as_ref(),
                     Direction::ServerToClient => data.down.as_ref(),
                 }
+                .filter(|d| d.outcome.has_drop())
                 .and_then(|d| d.outcome.mtu());
                 let fits = path_mtu.map(|m| c.arrived + hdr(data.ipv6) <= u32::from(m));
                 let status = if fits == Some(false) { Status::Warn } else { Status::Info };
