@@ -180,15 +180,23 @@ fn render_lab(st: &LabState, usage: bool) -> String {
             .find(|h| h.name == "server")
             .map(|h| h.addr.to_string())
             .unwrap_or_default();
+        let flag = if st.prefix == pathdoc_lab::lab::DEFAULT_PREFIX {
+            String::new()
+        } else {
+            format!(" --prefix {}", st.prefix)
+        };
         s.push_str("use it:\n");
         s.push_str(&format!(
-            "  pathdoc lab exec {} client -- ping -c 3 {server}\n",
+            "  pathdoc lab exec {}{flag} client -- ping -c 3 {server}\n",
             st.name
         ));
         if let Some(c) = st.hosts.first() {
             s.push_str(&format!("  ip netns exec {} bash\n", c.netns));
         }
-        s.push_str(&format!("remove it:\n  pathdoc lab down {}\n", st.name));
+        s.push_str(&format!(
+            "remove it:\n  pathdoc lab down {}{flag}\n",
+            st.name
+        ));
     }
     s
 }
