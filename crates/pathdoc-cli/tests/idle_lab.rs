@@ -28,7 +28,11 @@ fn prefix(test: &str) -> String {
 }
 
 fn opts(test: &str) -> LabOptions {
-    LabOptions { name: None, prefix: prefix(test), helper_exe: Some(env!("CARGO_BIN_EXE_pathdoc").into()) }
+    LabOptions {
+        name: None,
+        prefix: prefix(test),
+        helper_exe: Some(env!("CARGO_BIN_EXE_pathdoc").into()),
+    }
 }
 
 fn server(lab: &Lab) -> LabProcess {
@@ -50,8 +54,12 @@ fn check(lab: &Lab, args: &[&str]) -> (i32, Value, Duration) {
         .unwrap();
     let wall = t0.elapsed();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let report: Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("bad JSON ({e}): {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr)));
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "bad JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
     (out.status.code().unwrap_or(-1), report, wall)
 }
 
@@ -91,11 +99,23 @@ fn strict_nat_timeout_is_found_within_the_resolution_and_early() {
     assert_eq!(f["status"], "fail", "{f:#}");
     assert_eq!(code, 1);
     let s = ladder(&report, "server-initiated");
-    let (lower, upper) = (s["lower_s"].as_f64().unwrap(), s["upper_s"].as_f64().unwrap());
-    assert!(lower < 5.0 && upper >= 5.0, "bracket ({lower}, {upper}] must contain the 5 s timeout");
-    assert!(upper - lower <= 1.05, "bracket ({lower}, {upper}] wider than the 1 s resolution");
+    let (lower, upper) = (
+        s["lower_s"].as_f64().unwrap(),
+        s["upper_s"].as_f64().unwrap(),
+    );
+    assert!(
+        lower < 5.0 && upper >= 5.0,
+        "bracket ({lower}, {upper}] must contain the 5 s timeout"
+    );
+    assert!(
+        upper - lower <= 1.05,
+        "bracket ({lower}, {upper}] wider than the 1 s resolution"
+    );
     assert_eq!(report["data"]["idle"]["early_stop"], true);
-    assert!(wall < Duration::from_secs(15), "took {wall:?} for a 5 s timeout with a 30 s horizon");
+    assert!(
+        wall < Duration::from_secs(15),
+        "took {wall:?} for a 5 s timeout with a 30 s horizon"
+    );
     // Strict: client-initiated probes die too, and nothing was reset.
     let c = ladder(&report, "client-initiated");
     assert!(c["upper_s"].as_f64().is_some_and(|u| u <= 6.5), "{c:#}");
@@ -111,7 +131,10 @@ fn clean_path_gives_no_false_alarm() {
     let _srv = server(&lab);
     let (code, report, _) = check(&lab, &["--idle-max", "8s", "--idle-resolution", "1s"]);
     for f in report["findings"].as_array().unwrap() {
-        assert!(f["status"] == "pass" || f["status"] == "info", "false alarm: {f:#}");
+        assert!(
+            f["status"] == "pass" || f["status"] == "info",
+            "false alarm: {f:#}"
+        );
     }
     assert_eq!(code, 0);
     let s = ladder(&report, "server-initiated");
@@ -130,7 +153,10 @@ fn loose_nat_rebuilds_state_for_client_initiated_probes_only() {
     let s = ladder(&report, "server-initiated");
     assert!(s["upper_s"].as_f64().unwrap() <= 5.5, "{s:#}");
     let c = ladder(&report, "client-initiated");
-    assert!(c["upper_s"].is_null(), "client-initiated probes must pass: {c:#}");
+    assert!(
+        c["upper_s"].is_null(),
+        "client-initiated probes must pass: {c:#}"
+    );
     let f = finding(&report, "tcp-state-rebuilt");
     assert_eq!(f["status"], "warn", "{f:#}");
     lab.down().unwrap();
@@ -161,12 +187,20 @@ fn control_outage_is_flagged_not_read_as_a_timeout() {
         check(lab_ref, &["--idle-max", "14s", "--idle-resolution", "1s"])
     });
     let idle = &report["data"]["idle"];
-    assert!(!idle["outages"].as_array().unwrap().is_empty(), "outage not flagged: {idle:#}");
+    assert!(
+        !idle["outages"].as_array().unwrap().is_empty(),
+        "outage not flagged: {idle:#}"
+    );
     assert_eq!(finding(&report, "idle-outages")["status"], "info");
     let f = finding(&report, "tcp-idle-timeout");
     assert_ne!(f["status"], "fail", "outage read as a timeout: {f:#}");
     assert_ne!(code, 1);
-    let lost = idle["tests"].as_array().unwrap().iter().filter(|t| t["outcome"] == "lost to outage").count();
+    let lost = idle["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["outcome"] == "lost to outage")
+        .count();
     assert!(lost > 0, "no test was marked lost to the outage");
     lab.down().unwrap();
 }

@@ -447,7 +447,7 @@ mod tests {
         let (l, u, done) = simulate(1e9, 7800.0, 10.0, 60, 2.5, 5.0);
         assert_eq!(u, None);
         assert!(l.unwrap() >= s(7800.0 - 10.0));
-        assert!(done >= 7800.0 && done < 7800.0 + 20.0);
+        assert!((7800.0..7820.0).contains(&done), "{done}");
     }
 
     #[test]

@@ -114,7 +114,7 @@ impl Service for IdleService {
                     let probes = lock(&state.probes);
                     let mut records: Vec<ServerProbeRecord> = probes
                         .values()
-                        .filter(|p| after.map_or(true, |a| p.record.tag > a))
+                        .filter(|p| after.is_none_or(|a| p.record.tag > a))
                         .map(|p| p.record.clone())
                         .collect();
                     records.sort_by_key(|r| r.tag);
