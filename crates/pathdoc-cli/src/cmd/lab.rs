@@ -354,7 +354,7 @@ static DEMO_LAB: Mutex<Option<(String, String)>> = Mutex::new(None);
 
 /// Checks that later issues run on a demo lab after the built-in step (e.g. `pathdoc check`
 /// against the scenario). Empty for now; add entries here.
-fn extra_checks(scenario: &str) -> Vec<fn(&Lab, demo::Say) -> Result<(), pathdoc_lab::LabError>> {
+fn extra_checks(scenario: &str) -> Vec<demo::DemoCheck> {
     match scenario {
         "pmtu-blackhole" => vec![super::check_mtu::demo_check],
         _ => Vec::new(),
