@@ -206,6 +206,23 @@ impl DirectionResult {
             self.sender.bytes_retrans as f64 / self.sender.bytes_sent as f64
         }
     }
+    /// Retransmitted share minus the retransmissions the receiver reported as duplicates
+    /// (DSACK): those were spurious (reordering, a too-eager timer), not lost packets.
+    pub fn loss_share(&self) -> f64 {
+        if self.sender.bytes_sent == 0 {
+            return 0.0;
+        }
+        let spurious = self.sender.dsack_dups * u64::from(self.sender.snd_mss);
+        self.sender.bytes_retrans.saturating_sub(spurious) as f64 / self.sender.bytes_sent as f64
+    }
+    /// Whether the Mathis model puts the loss-limited rate anywhere near the measured one
+    /// (within 3×: CUBIC beats the Reno model at large BDPs, but loss far too rare to bite
+    /// cannot be the limit).
+    fn loss_explains_rate(&self, loss: f64) -> bool {
+        let bound =
+            mathis_rate(self.sender.snd_mss, self.mean_rtt_s(), loss) * f64::from(self.streams);
+        self.goodput_bps >= bound / 3.0
+    }
     fn fraction(&self, part: u64) -> f64 {
         if self.sender.busy_us == 0 {
             0.0
@@ -270,7 +287,7 @@ pub fn diagnose_direction(d: &DirectionResult) -> Vec<Finding> {
     let sndbuf = d.sndbuf_limited_fraction();
     let sender_cpu = d.cpu_bound(d.sender_cpu_cores, d.sender_cpus);
     let receiver_cpu = d.cpu_bound(d.receiver_cpu_cores, d.receiver_cpus);
-    let loss = d.retrans_share();
+    let loss = d.loss_share();
 
     if sender_cpu || receiver_cpu {
         findings.push(cpu_finding(d, sender_cpu));
@@ -278,7 +295,7 @@ pub fn diagnose_direction(d: &DirectionResult) -> Vec<Finding> {
         findings.push(rwnd_finding(d, rwnd));
     } else if d.sender.has_chronographs && sndbuf >= LIMITED_FRACTION {
         findings.push(sndbuf_finding(d, sndbuf));
-    } else if loss >= LOSS_THRESHOLD && !queue_building(d) {
+    } else if loss >= LOSS_THRESHOLD && !queue_building(d) && d.loss_explains_rate(loss) {
         findings.push(loss_finding(d, loss));
     } else {
         findings.push(path_finding(d, rwnd, sndbuf, loss));
@@ -511,6 +528,8 @@ fn path_finding(d: &DirectionResult, rwnd: f64, sndbuf: f64, loss: f64) -> Findi
         sndbuf * 100.0,
         if loss < LOSS_THRESHOLD {
             "loss was negligible".to_string()
+        } else if !queue_building(d) {
+            format!("the {:.3} % loss is too rare to explain the rate (Mathis estimate {})", loss * 100.0, format_rate(mathis_rate(d.sender.snd_mss, d.mean_rtt_s(), loss) * f64::from(d.streams)))
         } else {
             format!("the {:.3} % retransmissions came with a queue building (RTT above its minimum), i.e. the bottleneck was full", loss * 100.0)
         }
@@ -822,6 +841,24 @@ mod tests {
                 |d| {
                     d.sender.bytes_retrans = 3_000_000;
                     d.sender.mean_rtt_us = 180_000;
+                },
+                "link-limited",
+                Status::Pass,
+            ),
+            (
+                "loss too rare for so low a rate",
+                |d| {
+                    d.sender.bytes_retrans = 300_000;
+                    d.goodput_bps = 1e6;
+                },
+                "link-limited",
+                Status::Pass,
+            ),
+            (
+                "spurious retransmissions (DSACK)",
+                |d| {
+                    d.sender.bytes_retrans = 3_000_000;
+                    d.sender.dsack_dups = 2100;
                 },
                 "link-limited",
                 Status::Pass,
