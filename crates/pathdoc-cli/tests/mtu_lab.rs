@@ -32,31 +32,49 @@ fn start(test: &str, topo: &Topology) -> MtuLab {
     let prefix = format!("pdt-{test}-");
     let _ = state::destroy_all(&prefix);
     let cleanup = Cleanup(prefix.clone());
-    let opts = LabOptions { name: None, prefix, helper_exe: Some(env!("CARGO_BIN_EXE_pathdoc").into()) };
+    let opts = LabOptions {
+        name: None,
+        prefix,
+        helper_exe: Some(env!("CARGO_BIN_EXE_pathdoc").into()),
+    };
     let lab = Lab::up(topo, &opts).expect("lab up");
     let mut cmd = lab.command("server", env!("CARGO_BIN_EXE_pathdoc"));
-    cmd.args(["server", "--listen", &format!("0.0.0.0:{PORT}")]).stdout(Stdio::null()).stderr(Stdio::null());
+    cmd.args(["server", "--listen", &format!("0.0.0.0:{PORT}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     let server = lab.spawn("server", cmd).expect("spawn server");
     let addr = SocketAddr::new(lab.addr("server"), PORT);
     let ns = lab.netns("client").to_string();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let up = pathdoc_sys::netns::run_in_netns(&ns, || TcpStream::connect_timeout(&addr, Duration::from_millis(300)))
-            .expect("enter client namespace");
+        let up = pathdoc_sys::netns::run_in_netns(&ns, || {
+            TcpStream::connect_timeout(&addr, Duration::from_millis(300))
+        })
+        .expect("enter client namespace");
         if up.is_ok() {
             break;
         }
-        assert!(Instant::now() < deadline, "pathdoc server did not come up at {addr}");
+        assert!(
+            Instant::now() < deadline,
+            "pathdoc server did not come up at {addr}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
-    MtuLab { _server: server, lab, _cleanup: cleanup }
+    MtuLab {
+        _server: server,
+        lab,
+        _cleanup: cleanup,
+    }
 }
 
 /// Run the check in the client namespace; returns (exit code, report, seconds taken).
 fn check(l: &MtuLab, extra: &[&str]) -> (i32, Value, f64) {
     let addr = SocketAddr::new(l.lab.addr("server"), PORT).to_string();
     let mut cmd = l.lab.command("client", env!("CARGO_BIN_EXE_pathdoc"));
-    cmd.args(["check", &addr, "--mtu", "--json"]).args(extra).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.args(["check", &addr, "--mtu", "--json"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let start = Instant::now();
     let mut child = cmd.spawn().expect("spawn check");
     let deadline = start + Duration::from_secs(40);
@@ -74,14 +92,29 @@ fn check(l: &MtuLab, extra: &[&str]) -> (i32, Value, f64) {
     let secs = start.elapsed().as_secs_f64();
     let mut out = String::new();
     let mut err = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    let report: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("bad JSON ({e}): {out}\nstderr: {err}"));
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let report: Value = serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("bad JSON ({e}): {out}\nstderr: {err}"));
     (status.code().unwrap_or(-1), report, secs)
 }
 
 fn finding<'a>(report: &'a Value, id: &str) -> Option<&'a Value> {
-    report["findings"].as_array().unwrap().iter().find(|f| f["id"] == id)
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == id)
 }
 
 fn ids(report: &Value) -> Vec<String> {
@@ -90,14 +123,27 @@ fn ids(report: &Value) -> Vec<String> {
         .unwrap()
         .iter()
         .map(|f| match f["status"].as_str().unwrap() {
-            "pass" | "info" => format!("{}={}", f["id"].as_str().unwrap(), f["status"].as_str().unwrap()),
-            s => format!("{}={s} ({})", f["id"].as_str().unwrap(), f["summary"].as_str().unwrap_or("")),
+            "pass" | "info" => format!(
+                "{}={}",
+                f["id"].as_str().unwrap(),
+                f["status"].as_str().unwrap()
+            ),
+            s => format!(
+                "{}={s} ({})",
+                f["id"].as_str().unwrap(),
+                f["summary"].as_str().unwrap_or("")
+            ),
         })
         .collect()
 }
 
 fn commands(f: &Value) -> Vec<String> {
-    f["remedies"].as_array().unwrap().iter().filter_map(|r| r["command"].as_str().map(String::from)).collect()
+    f["remedies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["command"].as_str().map(String::from))
+        .collect()
 }
 
 #[test]
@@ -106,7 +152,8 @@ fn pmtu_blackhole_is_found_server_to_client_with_mtu_hop_and_fix() {
     let (code, r, secs) = check(&l, &[]);
     assert_eq!(code, 1, "{:?}", ids(&r));
     assert!(secs < 10.0, "verdict took {secs:.1} s");
-    let bh = finding(&r, "pmtud-black-hole-down").unwrap_or_else(|| panic!("no black hole: {:?}", ids(&r)));
+    let bh = finding(&r, "pmtud-black-hole-down")
+        .unwrap_or_else(|| panic!("no black hole: {:?}", ids(&r)));
     assert_eq!(bh["status"], "fail");
     assert!(bh["title"].as_str().unwrap().contains("server→client"));
     let down = &r["data"]["mtu"]["down"];
@@ -115,12 +162,17 @@ fn pmtu_blackhole_is_found_server_to_client_with_mtu_hop_and_fix() {
     // The 1420-byte link leaves hop2, the first hop from the server.
     assert_eq!(down["location"]["hop"], 1, "{down}");
     let cmds = commands(bh);
-    assert!(cmds.iter().any(|c| c.contains("icmp type destination-unreachable icmp code frag-needed accept")), "{cmds:?}");
+    assert!(
+        cmds.iter()
+            .any(|c| c.contains("icmp type destination-unreachable icmp code frag-needed accept")),
+        "{cmds:?}"
+    );
     assert!(cmds.iter().any(|c| c.contains("mtu lock 1420")), "{cmds:?}");
     // client→server is clean in this scenario: no false alarm there.
     assert_eq!(finding(&r, "path-mtu-up").unwrap()["status"], "pass");
     // The symptom: full-size downloads stall, reduced-MSS ones do not.
-    let stall = finding(&r, "bulk-download-stall").unwrap_or_else(|| panic!("no stall finding: {:?}", ids(&r)));
+    let stall = finding(&r, "bulk-download-stall")
+        .unwrap_or_else(|| panic!("no stall finding: {:?}", ids(&r)));
     assert_eq!(stall["status"], "fail");
     assert_eq!(r["data"]["mtu"]["server_tcp_mtu_probing"], "0");
 }
@@ -144,11 +196,20 @@ mtu = 1420
     let (code, r, secs) = check(&l, &["--mtu-bulk-ms", "0"]);
     assert_eq!(code, 1, "{:?}", ids(&r));
     assert!(secs < 10.0, "verdict took {secs:.1} s");
-    let bh = finding(&r, "pmtud-black-hole-up").unwrap_or_else(|| panic!("no black hole: {:?}", ids(&r)));
+    let bh = finding(&r, "pmtud-black-hole-up")
+        .unwrap_or_else(|| panic!("no black hole: {:?}", ids(&r)));
     assert!(bh["title"].as_str().unwrap().contains("client→server"));
     assert_eq!(r["data"]["mtu"]["up"]["outcome"]["mtu"], 1420);
-    assert_eq!(r["data"]["mtu"]["up"]["location"]["hop"], 1, "{}", r["data"]["mtu"]["up"]);
-    assert!(finding(&r, "pmtud-black-hole-down").is_none(), "{:?}", ids(&r));
+    assert_eq!(
+        r["data"]["mtu"]["up"]["location"]["hop"], 1,
+        "{}",
+        r["data"]["mtu"]["up"]
+    );
+    assert!(
+        finding(&r, "pmtud-black-hole-down").is_none(),
+        "{:?}",
+        ids(&r)
+    );
 }
 
 #[test]
@@ -176,8 +237,14 @@ mtu = 1280
     assert_eq!(up["outcome"]["ptb_mtu"], 1280);
     assert_eq!(up["location"]["hop"], 2, "{up}");
     let hop_addr = up["location"]["addr"].as_str().unwrap().to_string();
-    let hop2_addrs = l.lab.run("hop2", "ip", &["-4", "-o", "addr"], Duration::from_secs(5)).unwrap();
-    assert!(hop2_addrs.contains(&format!("inet {hop_addr}/")), "{hop_addr} is not hop2's: {hop2_addrs}");
+    let hop2_addrs = l
+        .lab
+        .run("hop2", "ip", &["-4", "-o", "addr"], Duration::from_secs(5))
+        .unwrap();
+    assert!(
+        hop2_addrs.contains(&format!("inet {hop_addr}/")),
+        "{hop_addr} is not hop2's: {hop2_addrs}"
+    );
     assert_eq!(r["data"]["mtu"]["down"]["outcome"]["mtu"], 1280);
 }
 
@@ -187,11 +254,21 @@ fn mss_clamp_on_a_hop_is_detected_with_its_value() {
     let l = start("mtumss", &topo);
     let (code, r, _) = check(&l, &["--mtu-bulk-ms", "0"]);
     assert_eq!(code, 0, "a clamp alone is not a fault: {:?}", ids(&r));
-    let up = finding(&r, "mss-clamped-up").unwrap_or_else(|| panic!("clamp not seen: {:?} {}", ids(&r), r["data"]["mtu"]["mss"]));
+    let up = finding(&r, "mss-clamped-up")
+        .unwrap_or_else(|| panic!("clamp not seen: {:?} {}", ids(&r), r["data"]["mtu"]["mss"]));
     assert_eq!(up["status"], "info");
-    assert!(up["title"].as_str().unwrap().contains("1460 → 1380"), "{}", up["title"]);
-    let down = finding(&r, "mss-clamped-down").unwrap_or_else(|| panic!("SYN-ACK clamp not seen: {:?}", ids(&r)));
-    assert!(down["title"].as_str().unwrap().contains("→ 1380"), "{}", down["title"]);
+    assert!(
+        up["title"].as_str().unwrap().contains("1460 → 1380"),
+        "{}",
+        up["title"]
+    );
+    let down = finding(&r, "mss-clamped-down")
+        .unwrap_or_else(|| panic!("SYN-ACK clamp not seen: {:?}", ids(&r)));
+    assert!(
+        down["title"].as_str().unwrap().contains("→ 1380"),
+        "{}",
+        down["title"]
+    );
 }
 
 #[test]
@@ -201,7 +278,10 @@ fn clean_path_raises_no_alarm() {
     assert_eq!(code, 0, "{:?}", ids(&r));
     assert!(secs < 10.0, "verdict took {secs:.1} s");
     for f in r["findings"].as_array().unwrap() {
-        assert!(matches!(f["status"].as_str(), Some("pass" | "info")), "false alarm: {f}");
+        assert!(
+            matches!(f["status"].as_str(), Some("pass" | "info")),
+            "false alarm: {f}"
+        );
     }
     assert_eq!(r["data"]["mtu"]["up"]["outcome"]["mtu"], 1500);
     assert_eq!(r["data"]["mtu"]["down"]["outcome"]["mtu"], 1500);

@@ -54,11 +54,19 @@ pub enum Outcome {
     /// Every size up to the largest the sender can emit arrived.
     Clean { mtu: u16 },
     /// Bigger sizes were lost and a router said so: PMTUD works.
-    Signalled { mtu: u16, ptb_mtu: u32, ptb_from: Option<IpAddr> },
+    Signalled {
+        mtu: u16,
+        ptb_mtu: u32,
+        ptb_from: Option<IpAddr>,
+    },
     /// Bigger sizes vanished and no ICMP too-big reached the sender.
     BlackHole { mtu: u16, smallest_lost: u16 },
     /// A router sent too-big with an MTU that is itself too large to pass.
-    BadSuggestion { mtu: u16, ptb_mtu: u32, ptb_from: Option<IpAddr> },
+    BadSuggestion {
+        mtu: u16,
+        ptb_mtu: u32,
+        ptb_from: Option<IpAddr>,
+    },
 }
 
 impl Outcome {
@@ -81,17 +89,32 @@ impl Outcome {
 
 /// Classify one direction from its search and the ICMP errors its sender saw.
 pub fn classify(search: &Search, icmp: &[IcmpSeen]) -> Outcome {
-    let Some(mtu) = search.largest_ok() else { return Outcome::NothingArrived };
-    let Some(smallest_lost) = search.smallest_failed_above(mtu) else { return Outcome::Clean { mtu } };
-    let ptb = icmp.iter().filter(|e| e.kind == IcmpKind::TooBig && e.mtu.is_some()).min_by_key(|e| e.mtu);
+    let Some(mtu) = search.largest_ok() else {
+        return Outcome::NothingArrived;
+    };
+    let Some(smallest_lost) = search.smallest_failed_above(mtu) else {
+        return Outcome::Clean { mtu };
+    };
+    let ptb = icmp
+        .iter()
+        .filter(|e| e.kind == IcmpKind::TooBig && e.mtu.is_some())
+        .min_by_key(|e| e.mtu);
     match ptb {
         None => Outcome::BlackHole { mtu, smallest_lost },
         Some(e) => {
             let ptb_mtu = e.mtu.unwrap_or(0);
             if u32::from(mtu) >= ptb_mtu {
-                Outcome::Signalled { mtu, ptb_mtu, ptb_from: e.from }
+                Outcome::Signalled {
+                    mtu,
+                    ptb_mtu,
+                    ptb_from: e.from,
+                }
             } else {
-                Outcome::BadSuggestion { mtu, ptb_mtu, ptb_from: e.from }
+                Outcome::BadSuggestion {
+                    mtu,
+                    ptb_mtu,
+                    ptb_from: e.from,
+                }
             }
         }
     }
@@ -137,9 +160,10 @@ pub struct Location {
 fn te_at(rows: &[TtlRow], addr: IpAddr) -> Option<u8> {
     rows.iter()
         .find(|r| {
-            [&r.small, &r.big]
-                .iter()
-                .any(|x| x.as_ref().is_some_and(|h| h.kind == IcmpKind::TimeExceeded && h.from == Some(addr)))
+            [&r.small, &r.big].iter().any(|x| {
+                x.as_ref()
+                    .is_some_and(|h| h.kind == IcmpKind::TimeExceeded && h.from == Some(addr))
+            })
         })
         .map(|r| r.ttl)
 }
@@ -151,14 +175,29 @@ pub fn locate(rows: &[TtlRow], ptb_from: Option<IpAddr>) -> Option<Location> {
     rows.sort_by_key(|r| r.ttl);
     // A too-big answer to a TTL-limited probe: the router at ttl-1 refused to forward it.
     for r in &rows {
-        if let Some(HopReply { kind: IcmpKind::TooBig, from, .. }) = &r.big {
-            let hop = from.and_then(|a| te_at(&rows, a)).unwrap_or(r.ttl.saturating_sub(1));
-            return Some(Location { hop, addr: *from, method: LocateMethod::TooBigSource });
+        if let Some(HopReply {
+            kind: IcmpKind::TooBig,
+            from,
+            ..
+        }) = &r.big
+        {
+            let hop = from
+                .and_then(|a| te_at(&rows, a))
+                .unwrap_or(r.ttl.saturating_sub(1));
+            return Some(Location {
+                hop,
+                addr: *from,
+                method: LocateMethod::TooBigSource,
+            });
         }
     }
     if let Some(a) = ptb_from {
         if let Some(hop) = te_at(&rows, a) {
-            return Some(Location { hop, addr: Some(a), method: LocateMethod::TooBigSource });
+            return Some(Location {
+                hop,
+                addr: Some(a),
+                method: LocateMethod::TooBigSource,
+            });
         }
     }
     let any_answer = rows.iter().any(|r| r.big.is_some() || r.small.is_some());
@@ -176,7 +215,11 @@ pub fn locate(rows: &[TtlRow], ptb_from: Option<IpAddr>) -> Option<Location> {
             let prev = i.checked_sub(1).map(|j| &rows[j]);
             let hop = prev.map_or(0, |p| p.ttl);
             let addr = prev.and_then(|p| p.big.as_ref().and_then(|h| h.from));
-            return Some(Location { hop, addr, method: LocateMethod::LastHopReached });
+            return Some(Location {
+                hop,
+                addr,
+                method: LocateMethod::LastHopReached,
+            });
         }
         return None;
     }
@@ -232,12 +275,20 @@ pub fn compare_mss(o: &MssObservation) -> Vec<MssComparison> {
         let window_cap = o.client_snd_wnd.map(|w| w / 2);
         let rewritten = if arrived == sent {
             Some(false)
-        } else if arrived < sent && own_cap.is_some_and(|c| arrived < c) && window_cap.is_none_or(|w| arrived + 64 < w) {
+        } else if arrived < sent
+            && own_cap.is_some_and(|c| arrived < c)
+            && window_cap.is_none_or(|w| arrived + 64 < w)
+        {
             Some(true)
         } else {
             None
         };
-        out.push(MssComparison { direction: Direction::ServerToClient, sent, arrived, rewritten });
+        out.push(MssComparison {
+            direction: Direction::ServerToClient,
+            sent,
+            arrived,
+            rewritten,
+        });
     }
     out
 }
@@ -303,16 +354,31 @@ mod tests {
         let none = search_with(&[(1500, 3, 0), (576, 3, 0)]);
         let cases: Vec<(&Search, Vec<IcmpSeen>, Outcome)> = vec![
             (&clean, vec![], Outcome::Clean { mtu: 1500 }),
-            (&dropped, vec![], Outcome::BlackHole { mtu: 1420, smallest_lost: 1421 }),
+            (
+                &dropped,
+                vec![],
+                Outcome::BlackHole {
+                    mtu: 1420,
+                    smallest_lost: 1421,
+                },
+            ),
             (
                 &dropped,
                 vec![ptb(1420)],
-                Outcome::Signalled { mtu: 1420, ptb_mtu: 1420, ptb_from: Some("10.0.0.1".parse().unwrap()) },
+                Outcome::Signalled {
+                    mtu: 1420,
+                    ptb_mtu: 1420,
+                    ptb_from: Some("10.0.0.1".parse().unwrap()),
+                },
             ),
             (
                 &dropped,
                 vec![ptb(1480)],
-                Outcome::BadSuggestion { mtu: 1420, ptb_mtu: 1480, ptb_from: Some("10.0.0.1".parse().unwrap()) },
+                Outcome::BadSuggestion {
+                    mtu: 1420,
+                    ptb_mtu: 1480,
+                    ptb_from: Some("10.0.0.1".parse().unwrap()),
+                },
             ),
             (&none, vec![], Outcome::NothingArrived),
         ];
@@ -320,15 +386,27 @@ mod tests {
             assert_eq!(classify(search, &icmp), want);
         }
         assert!(!Outcome::Clean { mtu: 1500 }.has_drop());
-        assert!(Outcome::BlackHole { mtu: 1420, smallest_lost: 1421 }.has_drop());
+        assert!(Outcome::BlackHole {
+            mtu: 1420,
+            smallest_lost: 1421
+        }
+        .has_drop());
     }
 
     fn te(addr: &str) -> Option<HopReply> {
-        Some(HopReply { kind: IcmpKind::TimeExceeded, from: Some(addr.parse().unwrap()), mtu: None })
+        Some(HopReply {
+            kind: IcmpKind::TimeExceeded,
+            from: Some(addr.parse().unwrap()),
+            mtu: None,
+        })
     }
 
     fn tb(addr: &str, mtu: u32) -> Option<HopReply> {
-        Some(HopReply { kind: IcmpKind::TooBig, from: Some(addr.parse().unwrap()), mtu: Some(mtu) })
+        Some(HopReply {
+            kind: IcmpKind::TooBig,
+            from: Some(addr.parse().unwrap()),
+            mtu: Some(mtu),
+        })
     }
 
     fn row(ttl: u8, big: Option<HopReply>, small: Option<HopReply>) -> TtlRow {
@@ -340,23 +418,43 @@ mod tests {
         let a1 = "10.1.0.1";
         let a2 = "10.2.0.1";
         let a3 = "10.3.0.1";
-        let loc = |hop, addr: &str, method| Some(Location { hop, addr: Some(addr.parse().unwrap()), method });
+        let loc = |hop, addr: &str, method| {
+            Some(Location {
+                hop,
+                addr: Some(addr.parse().unwrap()),
+                method,
+            })
+        };
         let cases: Vec<(Vec<TtlRow>, Option<IpAddr>, Option<Location>)> = vec![
             // Too-big from hop 2 at TTL 3 (hop 2 answered time-exceeded at TTL 2).
             (
-                vec![row(1, te(a1), te(a1)), row(2, te(a2), te(a2)), row(3, tb(a2, 1280), te(a3)), row(4, tb(a2, 1280), None)],
+                vec![
+                    row(1, te(a1), te(a1)),
+                    row(2, te(a2), te(a2)),
+                    row(3, tb(a2, 1280), te(a3)),
+                    row(4, tb(a2, 1280), None),
+                ],
                 None,
                 loc(2, a2, LocateMethod::TooBigSource),
             ),
             // Black hole after hop 2: big probes silent from TTL 3 on, small ones answered.
             (
-                vec![row(1, te(a1), te(a1)), row(2, te(a2), te(a2)), row(3, None, te(a3)), row(4, None, None)],
+                vec![
+                    row(1, te(a1), te(a1)),
+                    row(2, te(a2), te(a2)),
+                    row(3, None, te(a3)),
+                    row(4, None, None),
+                ],
                 None,
                 loc(2, a2, LocateMethod::LastHopReached),
             ),
             // Only the search's too-big source is known: numbered by its time-exceeded.
             (
-                vec![row(1, te(a1), te(a1)), row(2, te(a2), te(a2)), row(3, None, None)],
+                vec![
+                    row(1, te(a1), te(a1)),
+                    row(2, te(a2), te(a2)),
+                    row(3, None, None),
+                ],
                 Some(a1.parse().unwrap()),
                 loc(1, a1, LocateMethod::TooBigSource),
             ),
@@ -364,7 +462,11 @@ mod tests {
             (
                 vec![row(1, None, te(a1)), row(2, None, None)],
                 None,
-                Some(Location { hop: 0, addr: None, method: LocateMethod::LastHopReached }),
+                Some(Location {
+                    hop: 0,
+                    addr: None,
+                    method: LocateMethod::LastHopReached,
+                }),
             ),
             // No ICMP at all: cannot locate.
             (vec![row(1, None, None), row(2, None, None)], None, None),
@@ -390,7 +492,11 @@ mod tests {
         assert_eq!(cmp.len(), 2);
         assert!(cmp.iter().all(|c| c.rewritten == Some(false)), "{cmp:?}");
 
-        let clamped = MssObservation { server_saw: Some(1380), client_snd_mss: Some(1368), ..base };
+        let clamped = MssObservation {
+            server_saw: Some(1380),
+            client_snd_mss: Some(1368),
+            ..base
+        };
         let cmp = compare_mss(&clamped);
         assert_eq!(cmp[0].arrived, 1380);
         assert_eq!(cmp[0].rewritten, Some(true));
@@ -398,17 +504,33 @@ mod tests {
         assert_eq!(cmp[1].rewritten, Some(true));
 
         // The client's own PMTU (1400) explains a smaller send MSS: cannot tell.
-        let own = MssObservation { client_snd_mss: Some(1348), client_pmtu: Some(1400), ..base };
+        let own = MssObservation {
+            client_snd_mss: Some(1348),
+            client_pmtu: Some(1400),
+            ..base
+        };
         assert_eq!(compare_mss(&own)[1].rewritten, None);
         // Loopback: half the window (32 KiB) caps the send MSS, not a middlebox.
-        let lo = MssObservation { server_sent: Some(65495), client_snd_mss: Some(32768), client_pmtu: Some(65535), client_snd_wnd: Some(65536), ..base };
+        let lo = MssObservation {
+            server_sent: Some(65495),
+            client_snd_mss: Some(32768),
+            client_pmtu: Some(65535),
+            client_snd_wnd: Some(65536),
+            ..base
+        };
         assert_eq!(compare_mss(&lo)[1].rewritten, None);
         assert!(compare_mss(&MssObservation::default()).is_empty());
     }
 
     #[test]
     fn bulk_stall_needs_a_clear_ratio() {
-        let run = |bytes| BulkRun { client_mss: None, seconds: 1.0, bytes, rcv_mss: None, server: None };
+        let run = |bytes| BulkRun {
+            client_mss: None,
+            seconds: 1.0,
+            bytes,
+            rcv_mss: None,
+            server: None,
+        };
         assert!(bulk_stalled(&run(2_000), &run(50_000_000)));
         assert!(!bulk_stalled(&run(40_000_000), &run(50_000_000)));
         assert!(!bulk_stalled(&run(0), &run(0)));

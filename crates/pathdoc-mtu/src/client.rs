@@ -81,7 +81,10 @@ const REPLY_DEADLINE: Duration = Duration::from_secs(5);
 
 async fn ask(conn: &mut FramedConn, req: &Request) -> Result<Reply, MtuError> {
     conn.send(req).await?;
-    match conn.recv_timeout::<Reply>(REPLY_DEADLINE, "the server's mtu reply").await? {
+    match conn
+        .recv_timeout::<Reply>(REPLY_DEADLINE, "the server's mtu reply")
+        .await?
+    {
         Reply::Error { message } => Err(MtuError::Server(message)),
         r => Ok(r),
     }
@@ -97,7 +100,11 @@ fn unspecified_like(addr: &SocketAddr) -> SocketAddr {
 /// Ids of server→client probes that arrived on the client's receive socket.
 type Arrivals = Arc<Mutex<HashSet<u32>>>;
 
-fn spawn_receiver(sock: tokio::net::UdpSocket, session: SessionId, arrivals: Arrivals) -> tokio::task::JoinHandle<()> {
+fn spawn_receiver(
+    sock: tokio::net::UdpSocket,
+    session: SessionId,
+    arrivals: Arrivals,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut buf = vec![0u8; 65536];
         while let Ok((n, _)) = sock.recv_from(&mut buf).await {
@@ -116,26 +123,61 @@ fn spawn_receiver(sock: tokio::net::UdpSocket, session: SessionId, arrivals: Arr
 }
 
 fn rows_of(tally: &std::collections::BTreeMap<u16, crate::search::Tally>) -> Vec<ProbeRow> {
-    tally.iter().rev().map(|(s, t)| ProbeRow { size: *s, sent: t.sent, received: t.received }).collect()
+    tally
+        .iter()
+        .rev()
+        .map(|(s, t)| ProbeRow {
+            size: *s,
+            sent: t.sent,
+            received: t.received,
+        })
+        .collect()
 }
 
 /// Run the whole mtu check against `server`.
-pub async fn run_check(server: SocketAddr, token: Option<String>, opts: &MtuOptions, progress: &dyn Progress) -> Result<MtuResult, MtuError> {
-    if opts.min_size < MIN_PROBE_SIZE || opts.max_size > MAX_PROBE_SIZE || opts.min_size > opts.max_size {
-        return Err(MtuError::Options(format!("probe sizes must satisfy {MIN_PROBE_SIZE} ≤ min ≤ max ≤ {MAX_PROBE_SIZE}")));
+pub async fn run_check(
+    server: SocketAddr,
+    token: Option<String>,
+    opts: &MtuOptions,
+    progress: &dyn Progress,
+) -> Result<MtuResult, MtuError> {
+    if opts.min_size < MIN_PROBE_SIZE
+        || opts.max_size > MAX_PROBE_SIZE
+        || opts.min_size > opts.max_size
+    {
+        return Err(MtuError::Options(format!(
+            "probe sizes must satisfy {MIN_PROBE_SIZE} ≤ min ≤ max ≤ {MAX_PROBE_SIZE}"
+        )));
     }
-    if opts.attempts == 0 || opts.attempts > MAX_ATTEMPTS || opts.wait.as_millis() > u128::from(MAX_WAIT_MS) {
-        return Err(MtuError::Options(format!("attempts must be 1..={MAX_ATTEMPTS} and the wait at most {MAX_WAIT_MS} ms")));
+    if opts.attempts == 0
+        || opts.attempts > MAX_ATTEMPTS
+        || opts.wait.as_millis() > u128::from(MAX_WAIT_MS)
+    {
+        return Err(MtuError::Options(format!(
+            "attempts must be 1..={MAX_ATTEMPTS} and the wait at most {MAX_WAIT_MS} ms"
+        )));
     }
     progress.status("mtu: connecting");
     // The control connection must cross the very black hole it diagnoses: a small MSS in our SYN
     // keeps the server's replies in small segments (RFC 879's 536 fits any IPv4 or IPv6 path).
     let stream = connect_with_mss(server, Some(CONTROL_MSS), opts.connect_timeout).await?;
-    let (mut conn, welcome) =
-        pathdoc_proto::handshake(stream, token.clone(), Channel::Control { check: CheckKind::Mtu, resume: None }, opts.connect_timeout).await?;
+    let (mut conn, welcome) = pathdoc_proto::handshake(
+        stream,
+        token.clone(),
+        Channel::Control {
+            check: CheckKind::Mtu,
+            resume: None,
+        },
+        opts.connect_timeout,
+    )
+    .await?;
     let session = welcome.session;
     let ipv6 = server.is_ipv6();
-    let mut data = MtuData { server: server.to_string(), ipv6, ..Default::default() };
+    let mut data = MtuData {
+        server: server.to_string(),
+        ipv6,
+        ..Default::default()
+    };
     if let Reply::Started { tcp_mtu_probing } = ask(&mut conn, &Request::Start).await? {
         data.server_tcp_mtu_probing = tcp_mtu_probing;
     }
@@ -147,14 +189,22 @@ pub async fn run_check(server: SocketAddr, token: Option<String>, opts: &MtuOpti
     rx.set_nonblocking(true)?;
     let rx = tokio::net::UdpSocket::from_std(rx)?;
     let mut open = Vec::new();
-    UdpHeader { session, kind: KIND_OPEN }.encode(&mut open);
+    UdpHeader {
+        session,
+        kind: KIND_OPEN,
+    }
+    .encode(&mut open);
     open.extend_from_slice(&[0u8; 8]);
     let mut down_target = None;
     let open_deadline = Instant::now() + Duration::from_secs(3);
     while Instant::now() < open_deadline {
         let _ = rx.send_to(&open, server).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
-        if let Reply::DownTarget { client_udp: Some(addr), route_mtu } = ask(&mut conn, &Request::DownTarget).await? {
+        if let Reply::DownTarget {
+            client_udp: Some(addr),
+            route_mtu,
+        } = ask(&mut conn, &Request::DownTarget).await?
+        {
             down_target = Some((addr, route_mtu));
             break;
         }
@@ -164,7 +214,9 @@ pub async fn run_check(server: SocketAddr, token: Option<String>, opts: &MtuOpti
     let mut round = 0u32;
     if let Some((addr, route_mtu)) = down_target {
         data.client_observed = Some(addr.to_string());
-        let max = route_mtu.map_or(opts.max_size, |m| opts.max_size.min(m.min(u32::from(u16::MAX)) as u16));
+        let max = route_mtu.map_or(opts.max_size, |m| {
+            opts.max_size.min(m.min(u32::from(u16::MAX)) as u16)
+        });
         let mut search = Search::new(opts.min_size, max);
         let mut icmp = Vec::new();
         for _ in 0..opts.rounds {
@@ -173,10 +225,30 @@ pub async fn run_check(server: SocketAddr, token: Option<String>, opts: &MtuOpti
                 break;
             }
             round += 1;
-            progress.status(&format!("mtu: server→client round {round}: {} sizes", sizes.len()));
-            let probes = sizes.iter().map(|&size| ProbeSpec { size, ttl: None }).collect();
-            let reply = ask(&mut conn, &Request::ProbeDown { round, probes, attempts: opts.attempts, wait_ms }).await?;
-            let Reply::DownSent { probes: sent, icmp: seen, .. } = reply else {
+            progress.status(&format!(
+                "mtu: server→client round {round}: {} sizes",
+                sizes.len()
+            ));
+            let probes = sizes
+                .iter()
+                .map(|&size| ProbeSpec { size, ttl: None })
+                .collect();
+            let reply = ask(
+                &mut conn,
+                &Request::ProbeDown {
+                    round,
+                    probes,
+                    attempts: opts.attempts,
+                    wait_ms,
+                },
+            )
+            .await?;
+            let Reply::DownSent {
+                probes: sent,
+                icmp: seen,
+                ..
+            } = reply
+            else {
                 return Err(MtuError::Unexpected(format!("{reply:?}")));
             };
             tokio::time::sleep(Duration::from_millis(30)).await;
@@ -208,7 +280,9 @@ pub async fn run_check(server: SocketAddr, token: Option<String>, opts: &MtuOpti
     tx.connect(server)?;
     pmtu::make_probe_socket(&tx)?;
     let overhead = pmtu::udp_overhead(&server);
-    let max = pmtu::route_mtu(&tx).map_or(opts.max_size, |m| opts.max_size.min(m.min(u32::from(u16::MAX)) as u16));
+    let max = pmtu::route_mtu(&tx).map_or(opts.max_size, |m| {
+        opts.max_size.min(m.min(u32::from(u16::MAX)) as u16)
+    });
     let mut search = Search::new(opts.min_size, max);
     let mut icmp = Vec::new();
     let mut next_id = 0u32;
@@ -219,13 +293,26 @@ pub async fn run_check(server: SocketAddr, token: Option<String>, opts: &MtuOpti
             break;
         }
         up_round += 1;
-        progress.status(&format!("mtu: client→server round {up_round}: {} sizes", sizes.len()));
+        progress.status(&format!(
+            "mtu: client→server round {up_round}: {} sizes",
+            sizes.len()
+        ));
         let _ = pmtu::drain_error_queue(&tx);
         let mut sent: Vec<(u32, u16, bool)> = Vec::new();
         for &size in &sizes {
             for _ in 0..opts.attempts {
                 next_id += 1;
-                let d = probe_datagram(session, KIND_UP_PROBE, ProbeFields { round: up_round, id: next_id, size, ttl: 64 }, overhead);
+                let d = probe_datagram(
+                    session,
+                    KIND_UP_PROBE,
+                    ProbeFields {
+                        round: up_round,
+                        id: next_id,
+                        size,
+                        ttl: 64,
+                    },
+                    overhead,
+                );
                 let local = match send_probe(&tx, &d) {
                     Ok(()) => false,
                     Err(too_big) => {
@@ -240,7 +327,9 @@ pub async fn run_check(server: SocketAddr, token: Option<String>, opts: &MtuOpti
         }
         tokio::time::sleep(opts.wait).await;
         let seen = icmp_list(&pmtu::drain_error_queue(&tx)?);
-        let Reply::UpReceived { ids, .. } = ask(&mut conn, &Request::UpReceived { round: up_round }).await? else {
+        let Reply::UpReceived { ids, .. } =
+            ask(&mut conn, &Request::UpReceived { round: up_round }).await?
+        else {
             return Err(MtuError::Unexpected("expected up-received".into()));
         };
         let ids: HashSet<u32> = ids.into_iter().collect();
@@ -289,7 +378,17 @@ pub async fn run_check(server: SocketAddr, token: Option<String>, opts: &MtuOpti
                 for (size, is_big) in [(big, true), (small, false)] {
                     for _ in 0..2 {
                         next_id += 1;
-                        let dg = probe_datagram(session, KIND_UP_PROBE, ProbeFields { round: up_round, id: next_id, size, ttl }, overhead);
+                        let dg = probe_datagram(
+                            session,
+                            KIND_UP_PROBE,
+                            ProbeFields {
+                                round: up_round,
+                                id: next_id,
+                                size,
+                                ttl,
+                            },
+                            overhead,
+                        );
                         if send_probe(&tx, &dg).is_ok() {
                             sent.push((next_id, ttl, is_big));
                         }
@@ -308,13 +407,41 @@ pub async fn run_check(server: SocketAddr, token: Option<String>, opts: &MtuOpti
             let mtu = d.outcome.mtu().unwrap_or(opts.min_size);
             let (big, small) = (mtu.saturating_add(1), mtu.min(576));
             let probes: Vec<ProbeSpec> = (1..=opts.max_ttl)
-                .flat_map(|ttl| [ProbeSpec { size: big, ttl: Some(ttl) }, ProbeSpec { size: small, ttl: Some(ttl) }])
+                .flat_map(|ttl| {
+                    [
+                        ProbeSpec {
+                            size: big,
+                            ttl: Some(ttl),
+                        },
+                        ProbeSpec {
+                            size: small,
+                            ttl: Some(ttl),
+                        },
+                    ]
+                })
                 .collect();
             round += 1;
             let wait = wait_ms.max(300);
-            if let Reply::DownSent { probes: sent, icmp: seen, .. } = ask(&mut conn, &Request::ProbeDown { round, probes, attempts: 2, wait_ms: wait }).await? {
-                let sent: Vec<(u32, u8, bool)> =
-                    sent.iter().filter(|p| !p.local_error).map(|p| (p.id, p.ttl.unwrap_or(64), p.size == big)).collect();
+            if let Reply::DownSent {
+                probes: sent,
+                icmp: seen,
+                ..
+            } = ask(
+                &mut conn,
+                &Request::ProbeDown {
+                    round,
+                    probes,
+                    attempts: 2,
+                    wait_ms: wait,
+                },
+            )
+            .await?
+            {
+                let sent: Vec<(u32, u8, bool)> = sent
+                    .iter()
+                    .filter(|p| !p.local_error)
+                    .map(|p| (p.id, p.ttl.unwrap_or(64), p.size == big))
+                    .collect();
                 let rows = ttl_rows(opts.max_ttl, &sent, &seen);
                 d.location = analysis::locate(&rows, ptb_source(&d.outcome));
                 d.ttl_scan = rows;
@@ -340,10 +467,17 @@ pub async fn run_check(server: SocketAddr, token: Option<String>, opts: &MtuOpti
         match bulk_download(&mut conn, server, token.clone(), session, None, opts).await {
             Ok(full) => {
                 data.bulk_full = Some(full);
-                let reduced_mss = data.down.as_ref().filter(|d| d.outcome.has_drop()).and_then(|d| d.outcome.mtu()).map(|m| u32::from(m).saturating_sub(if ipv6 { 60 } else { 40 }));
+                let reduced_mss = data
+                    .down
+                    .as_ref()
+                    .filter(|d| d.outcome.has_drop())
+                    .and_then(|d| d.outcome.mtu())
+                    .map(|m| u32::from(m).saturating_sub(if ipv6 { 60 } else { 40 }));
                 if let Some(mss) = reduced_mss {
                     progress.status(&format!("mtu: timing the same download with MSS {mss}"));
-                    match bulk_download(&mut conn, server, token.clone(), session, Some(mss), opts).await {
+                    match bulk_download(&mut conn, server, token.clone(), session, Some(mss), opts)
+                        .await
+                    {
                         Ok(r) => data.bulk_reduced = Some(r),
                         Err(e) => data.notes.push(format!("reduced-MSS download failed: {e}")),
                     }
@@ -361,7 +495,8 @@ pub async fn run_check(server: SocketAddr, token: Option<String>, opts: &MtuOpti
 
 fn ptb_source(o: &analysis::Outcome) -> Option<IpAddr> {
     match o {
-        analysis::Outcome::Signalled { ptb_from, .. } | analysis::Outcome::BadSuggestion { ptb_from, .. } => *ptb_from,
+        analysis::Outcome::Signalled { ptb_from, .. }
+        | analysis::Outcome::BadSuggestion { ptb_from, .. } => *ptb_from,
         _ => None,
     }
 }
@@ -385,25 +520,49 @@ fn tally_down(search: &mut Search, sent: &[SentProbe], arrivals: &Arrivals) {
 
 /// Group ICMP answers of a TTL scan by TTL and probe size. `sent` is (id, ttl, is_big).
 fn ttl_rows(max_ttl: u8, sent: &[(u32, u8, bool)], seen: &[IcmpSeen]) -> Vec<TtlRow> {
-    let by_id: HashMap<u32, (u8, bool)> = sent.iter().map(|&(id, ttl, big)| (id, (ttl, big))).collect();
-    let mut rows: Vec<TtlRow> = (1..=max_ttl).map(|ttl| TtlRow { ttl, big: None, small: None }).collect();
+    let by_id: HashMap<u32, (u8, bool)> = sent
+        .iter()
+        .map(|&(id, ttl, big)| (id, (ttl, big)))
+        .collect();
+    let mut rows: Vec<TtlRow> = (1..=max_ttl)
+        .map(|ttl| TtlRow {
+            ttl,
+            big: None,
+            small: None,
+        })
+        .collect();
     for e in seen {
-        let Some(&(ttl, big)) = e.id.and_then(|id| by_id.get(&id)) else { continue };
-        let Some(row) = rows.get_mut(usize::from(ttl) - 1) else { continue };
+        let Some(&(ttl, big)) = e.id.and_then(|id| by_id.get(&id)) else {
+            continue;
+        };
+        let Some(row) = rows.get_mut(usize::from(ttl) - 1) else {
+            continue;
+        };
         let slot = if big { &mut row.big } else { &mut row.small };
-        let reply = HopReply { kind: e.kind, from: e.from, mtu: e.mtu };
+        let reply = HopReply {
+            kind: e.kind,
+            from: e.from,
+            mtu: e.mtu,
+        };
         // Too-big is the more specific answer; keep it over time-exceeded.
         if slot.is_none() || e.kind == IcmpKind::TooBig {
             *slot = Some(reply);
         }
     }
     // Stop the table after the destination: rows past two silent TTLs add nothing.
-    let last = rows.iter().rposition(|r| r.big.is_some() || r.small.is_some()).map_or(0, |i| i + 2);
+    let last = rows
+        .iter()
+        .rposition(|r| r.big.is_some() || r.small.is_some())
+        .map_or(0, |i| i + 2);
     rows.truncate(last.min(rows.len()));
     rows
 }
 
-async fn mss_check(conn: &mut FramedConn, server: SocketAddr, ipv6: bool) -> Result<MssObservation, MtuError> {
+async fn mss_check(
+    conn: &mut FramedConn,
+    server: SocketAddr,
+    ipv6: bool,
+) -> Result<MssObservation, MtuError> {
     let Reply::MssListening { port } = ask(conn, &Request::MssListen).await? else {
         return Err(MtuError::Unexpected("expected mss-listening".into()));
     };
@@ -412,7 +571,11 @@ async fn mss_check(conn: &mut FramedConn, server: SocketAddr, ipv6: bool) -> Res
         .await
         .map_err(|_| MtuError::Server(format!("connect to the MSS listener {addr} timed out")))??;
     let info = pathdoc_sys::tcp_info::tcp_info(&stream)?;
-    let Reply::MssSeen { syn_mss, server_advmss } = ask(conn, &Request::MssResult).await? else {
+    let Reply::MssSeen {
+        syn_mss,
+        server_advmss,
+    } = ask(conn, &Request::MssResult).await?
+    else {
         return Err(MtuError::Unexpected("expected mss-seen".into()));
     };
     drop(stream);
@@ -423,7 +586,9 @@ async fn mss_check(conn: &mut FramedConn, server: SocketAddr, ipv6: bool) -> Res
         client_sent: Some(info.advmss() + ts),
         server_saw: syn_mss,
         server_sent: server_advmss.map(|m| m + ts),
-        client_snd_wnd: info.has(pathdoc_sys::tcp_info::field::SND_WND).then_some(info.snd_wnd),
+        client_snd_wnd: info
+            .has(pathdoc_sys::tcp_info::field::SND_WND)
+            .then_some(info.snd_wnd),
         client_snd_mss: Some(info.snd_mss()),
         timestamps: info.timestamps(),
         client_pmtu: Some(info.pmtu()),
@@ -435,9 +600,17 @@ async fn mss_check(conn: &mut FramedConn, server: SocketAddr, ipv6: bool) -> Res
 const CONTROL_MSS: u32 = 536;
 
 /// TCP connect with `TCP_MAXSEG` set before the SYN, so the SYN advertises that MSS.
-async fn connect_with_mss(server: SocketAddr, mss: Option<u32>, timeout: Duration) -> Result<tokio::net::TcpStream, MtuError> {
+async fn connect_with_mss(
+    server: SocketAddr,
+    mss: Option<u32>,
+    timeout: Duration,
+) -> Result<tokio::net::TcpStream, MtuError> {
     let stream = tokio::task::spawn_blocking(move || -> std::io::Result<std::net::TcpStream> {
-        let s = socket2::Socket::new(socket2::Domain::for_address(server), socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+        let s = socket2::Socket::new(
+            socket2::Domain::for_address(server),
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )?;
         if let Some(m) = mss {
             s.set_mss(m)?;
         }
@@ -460,11 +633,22 @@ async fn bulk_download(
 ) -> Result<BulkRun, MtuError> {
     let connect_timeout = opts.connect_timeout;
     let stream = connect_with_mss(server, mss, connect_timeout).await?;
-    let (mut data_conn, _) = pathdoc_proto::handshake(stream, token, Channel::Data { session, tag: TAG_BULK }, connect_timeout).await?;
+    let (mut data_conn, _) = pathdoc_proto::handshake(
+        stream,
+        token,
+        Channel::Data {
+            session,
+            tag: TAG_BULK,
+        },
+        connect_timeout,
+    )
+    .await?;
     let duration_ms = opts.bulk.as_millis().min(u128::from(MAX_BULK_MS)) as u32;
     data_conn.send(&BulkRequest { duration_ms }).await?;
     let start = Instant::now();
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(u64::from(duration_ms)) + Duration::from_millis(500);
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_millis(u64::from(duration_ms))
+        + Duration::from_millis(500);
     let mut bytes = 0u64;
     let mut buf = vec![0u8; 256 * 1024];
     let stream = data_conn.stream_mut();
@@ -474,15 +658,27 @@ async fn bulk_download(
             Ok(Ok(n)) => bytes += n as u64,
         }
     }
-    let seconds = start.elapsed().as_secs_f64().min(f64::from(duration_ms) / 1000.0).max(0.001);
-    let rcv_mss = pathdoc_sys::tcp_info::tcp_info(data_conn.stream()).ok().map(|i| i.rcv_mss());
+    let seconds = start
+        .elapsed()
+        .as_secs_f64()
+        .min(f64::from(duration_ms) / 1000.0)
+        .max(0.001);
+    let rcv_mss = pathdoc_sys::tcp_info::tcp_info(data_conn.stream())
+        .ok()
+        .map(|i| i.rcv_mss());
     drop(data_conn);
     tokio::time::sleep(Duration::from_millis(50)).await;
     let server_stats = match ask(conn, &Request::BulkStats).await {
         Ok(Reply::BulkStats { stats }) => stats,
         _ => None,
     };
-    Ok(BulkRun { client_mss: mss, seconds, bytes, rcv_mss, server: server_stats })
+    Ok(BulkRun {
+        client_mss: mss,
+        seconds,
+        bytes,
+        rcv_mss,
+        server: server_stats,
+    })
 }
 
 #[cfg(test)]
@@ -493,9 +689,33 @@ mod tests {
     fn ttl_rows_group_by_id_and_prefer_too_big() {
         let a: IpAddr = "10.0.0.1".parse().unwrap();
         let seen = vec![
-            IcmpSeen { id: Some(1), round: Some(1), kind: IcmpKind::TimeExceeded, mtu: None, from: Some(a), icmp_type: 11, icmp_code: 0 },
-            IcmpSeen { id: Some(3), round: Some(1), kind: IcmpKind::TooBig, mtu: Some(1280), from: Some(a), icmp_type: 3, icmp_code: 4 },
-            IcmpSeen { id: None, round: None, kind: IcmpKind::TimeExceeded, mtu: None, from: Some(a), icmp_type: 11, icmp_code: 0 },
+            IcmpSeen {
+                id: Some(1),
+                round: Some(1),
+                kind: IcmpKind::TimeExceeded,
+                mtu: None,
+                from: Some(a),
+                icmp_type: 11,
+                icmp_code: 0,
+            },
+            IcmpSeen {
+                id: Some(3),
+                round: Some(1),
+                kind: IcmpKind::TooBig,
+                mtu: Some(1280),
+                from: Some(a),
+                icmp_type: 3,
+                icmp_code: 4,
+            },
+            IcmpSeen {
+                id: None,
+                round: None,
+                kind: IcmpKind::TimeExceeded,
+                mtu: None,
+                from: Some(a),
+                icmp_type: 11,
+                icmp_code: 0,
+            },
         ];
         let sent = vec![(1, 1, true), (2, 1, false), (3, 2, true), (4, 2, false)];
         let rows = ttl_rows(8, &sent, &seen);

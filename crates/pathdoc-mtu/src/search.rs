@@ -10,7 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Link MTUs seen in the wild: Ethernet, PPPoE (1492), IPv4/IPv6-in-IPv6 and GRE tunnels, 802.1Q
 /// quirks, WireGuard (1420), many VPNs (1400), the IPv6 minimum (1280), and RFC 791's 576.
-pub const COMMON_MTUS: &[u16] = &[1500, 1492, 1480, 1476, 1460, 1440, 1420, 1400, 1380, 1360, 1280, 1024, 576];
+pub const COMMON_MTUS: &[u16] = &[
+    1500, 1492, 1480, 1476, 1460, 1440, 1420, 1400, 1380, 1360, 1280, 1024, 576,
+];
 
 /// Tally of one probe size.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -32,7 +34,13 @@ pub struct Search {
 impl Search {
     /// Search sizes in `min..=max` (`max` is the largest size the sender can emit).
     pub fn new(min: u16, max: u16) -> Self {
-        Search { min, max: max.max(min), tallies: BTreeMap::new(), local_limit: None, hints: BTreeSet::new() }
+        Search {
+            min,
+            max: max.max(min),
+            tallies: BTreeMap::new(),
+            local_limit: None,
+            hints: BTreeSet::new(),
+        }
     }
 
     pub fn max(&self) -> u16 {
@@ -72,7 +80,11 @@ impl Search {
 
     /// Largest size that arrived at least once.
     pub fn largest_ok(&self) -> Option<u16> {
-        self.tallies.iter().filter(|(s, t)| t.received > 0 && **s <= self.max).map(|(s, _)| *s).max()
+        self.tallies
+            .iter()
+            .filter(|(s, t)| t.received > 0 && **s <= self.max)
+            .map(|(s, _)| *s)
+            .max()
     }
 
     /// Smallest size above `above` whose every attempt was lost.
@@ -89,7 +101,11 @@ impl Search {
         let per_round = per_round.max(1);
         let probed = |s: u16| self.tallies.get(&s).is_some_and(|t| t.sent > 0);
         if self.tallies.is_empty() {
-            let mut first: Vec<u16> = COMMON_MTUS.iter().copied().filter(|s| (self.min..=self.max).contains(s)).collect();
+            let mut first: Vec<u16> = COMMON_MTUS
+                .iter()
+                .copied()
+                .filter(|s| (self.min..=self.max).contains(s))
+                .collect();
             if !first.contains(&self.max) {
                 first.insert(0, self.max);
             }
@@ -186,8 +202,15 @@ mod tests {
         ];
         for &(min, max, mtu, hint, max_rounds) in table {
             let (found, rounds) = run(min, max, mtu, hint);
-            assert_eq!(found, Some(mtu), "min {min} max {max} mtu {mtu} hint {hint:?}");
-            assert!(rounds <= max_rounds, "mtu {mtu}: {rounds} rounds > {max_rounds}");
+            assert_eq!(
+                found,
+                Some(mtu),
+                "min {min} max {max} mtu {mtu} hint {hint:?}"
+            );
+            assert!(
+                rounds <= max_rounds,
+                "mtu {mtu}: {rounds} rounds > {max_rounds}"
+            );
         }
     }
 

@@ -59,14 +59,21 @@ impl State {
 }
 
 fn read_tcp_mtu_probing() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_mtu_probing").ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_mtu_probing")
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 fn icmp_from_queue(e: &pmtu::QueuedError) -> Option<IcmpSeen> {
-    if matches!(e.origin, pmtu::ErrorOrigin::Local | pmtu::ErrorOrigin::Other(_)) {
+    if matches!(
+        e.origin,
+        pmtu::ErrorOrigin::Local | pmtu::ErrorOrigin::Other(_)
+    ) {
         return None;
     }
-    let fields = UdpHeader::decode(&e.payload).ok().and_then(|(_, p)| ProbeFields::decode(p));
+    let fields = UdpHeader::decode(&e.payload)
+        .ok()
+        .and_then(|(_, p)| ProbeFields::decode(p));
     let kind = if e.is_too_big() {
         IcmpKind::TooBig
     } else if e.is_time_exceeded() {
@@ -106,8 +113,15 @@ pub fn send_probe(sock: &UdpSocket, datagram: &[u8]) -> Result<(), bool> {
 }
 
 /// Build a probe datagram payload (header + fields + padding) for an IP datagram of `size`.
-pub fn probe_datagram(session: pathdoc_proto::SessionId, kind: u16, fields: ProbeFields, overhead: usize) -> Vec<u8> {
-    let total = (fields.size as usize).saturating_sub(overhead).max(UdpHeader::LEN + PROBE_FIELDS);
+pub fn probe_datagram(
+    session: pathdoc_proto::SessionId,
+    kind: u16,
+    fields: ProbeFields,
+    overhead: usize,
+) -> Vec<u8> {
+    let total = (fields.size as usize)
+        .saturating_sub(overhead)
+        .max(UdpHeader::LEN + PROBE_FIELDS);
     let mut d = Vec::with_capacity(total);
     UdpHeader { session, kind }.encode(&mut d);
     fields.encode(&mut d);
@@ -116,10 +130,19 @@ pub fn probe_datagram(session: pathdoc_proto::SessionId, kind: u16, fields: Prob
 }
 
 impl MtuService {
-    fn open_probe_socket(&self, session: &Session, conn: &FramedConn, to: SocketAddr) -> std::io::Result<UdpSocket> {
+    fn open_probe_socket(
+        &self,
+        session: &Session,
+        conn: &FramedConn,
+        to: SocketAddr,
+    ) -> std::io::Result<UdpSocket> {
         let port = session.udp_local_addr()?.port();
         let local = SocketAddr::new(conn.local().ip(), port);
-        let sock = socket2::Socket::new(socket2::Domain::for_address(local), socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+        let sock = socket2::Socket::new(
+            socket2::Domain::for_address(local),
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )?;
         sock.set_reuse_address(true)?;
         sock.bind(&local.into())?;
         sock.connect(&to.into())?;
@@ -128,9 +151,17 @@ impl MtuService {
         Ok(sock)
     }
 
-    async fn handle(&self, session: &Arc<Session>, conn: &mut FramedConn, state: &Arc<State>, req: Request) -> Result<Option<Reply>, ServiceError> {
+    async fn handle(
+        &self,
+        session: &Arc<Session>,
+        conn: &mut FramedConn,
+        state: &Arc<State>,
+        req: Request,
+    ) -> Result<Option<Reply>, ServiceError> {
         Ok(Some(match req {
-            Request::Start => Reply::Started { tcp_mtu_probing: read_tcp_mtu_probing() },
+            Request::Start => Reply::Started {
+                tcp_mtu_probing: read_tcp_mtu_probing(),
+            },
             Request::DownTarget => {
                 let (client_udp, existing) = {
                     let g = state.lock();
@@ -148,14 +179,32 @@ impl MtuService {
                     };
                     route_mtu = pmtu::route_mtu(&sock).ok();
                 }
-                Reply::DownTarget { client_udp, route_mtu }
+                Reply::DownTarget {
+                    client_udp,
+                    route_mtu,
+                }
             }
-            Request::ProbeDown { round, probes, attempts, wait_ms } => {
-                if probes.len() > MAX_PROBES_PER_REQUEST || attempts == 0 || attempts > MAX_ATTEMPTS || wait_ms > MAX_WAIT_MS {
+            Request::ProbeDown {
+                round,
+                probes,
+                attempts,
+                wait_ms,
+            } => {
+                if probes.len() > MAX_PROBES_PER_REQUEST
+                    || attempts == 0
+                    || attempts > MAX_ATTEMPTS
+                    || wait_ms > MAX_WAIT_MS
+                {
                     return Ok(Some(Reply::Error { message: format!("at most {MAX_PROBES_PER_REQUEST} probes, 1..={MAX_ATTEMPTS} attempts, {MAX_WAIT_MS} ms wait") }));
                 }
-                if probes.iter().any(|p| !(MIN_PROBE_SIZE..=MAX_PROBE_SIZE).contains(&p.size) || p.ttl == Some(0)) {
-                    return Ok(Some(Reply::Error { message: format!("probe sizes must be {MIN_PROBE_SIZE}..={MAX_PROBE_SIZE} and TTL ≥ 1") }));
+                if probes.iter().any(|p| {
+                    !(MIN_PROBE_SIZE..=MAX_PROBE_SIZE).contains(&p.size) || p.ttl == Some(0)
+                }) {
+                    return Ok(Some(Reply::Error {
+                        message: format!(
+                            "probe sizes must be {MIN_PROBE_SIZE}..={MAX_PROBE_SIZE} and TTL ≥ 1"
+                        ),
+                    }));
                 }
                 let Some(sock) = state.lock().probe_sock.clone() else {
                     return Ok(Some(Reply::Error { message: "no client UDP address yet: send the open datagram and ask down-target first".into() }));
@@ -174,11 +223,25 @@ impl MtuService {
                             g.next_id = g.next_id.wrapping_add(1);
                             g.next_id
                         };
-                        let datagram = probe_datagram(session.id, KIND_DOWN_PROBE, ProbeFields { round, id, size: spec.size, ttl }, overhead);
+                        let datagram = probe_datagram(
+                            session.id,
+                            KIND_DOWN_PROBE,
+                            ProbeFields {
+                                round,
+                                id,
+                                size: spec.size,
+                                ttl,
+                            },
+                            overhead,
+                        );
                         {
                             let mut g = state.lock();
-                            if g.bytes_sent + datagram.len() as u64 > session.limits.udp_bytes_per_session {
-                                return Ok(Some(Reply::Error { message: "session UDP budget exhausted".into() }));
+                            if g.bytes_sent + datagram.len() as u64
+                                > session.limits.udp_bytes_per_session
+                            {
+                                return Ok(Some(Reply::Error {
+                                    message: "session UDP budget exhausted".into(),
+                                }));
                             }
                             g.bytes_sent += datagram.len() as u64;
                         }
@@ -195,13 +258,22 @@ impl MtuService {
                                 }
                             }
                         };
-                        sent.push(SentProbe { id, size: spec.size, ttl: spec.ttl, local_error });
+                        sent.push(SentProbe {
+                            id,
+                            size: spec.size,
+                            ttl: spec.ttl,
+                            local_error,
+                        });
                     }
                 }
                 pmtu::set_ttl(&sock, 64)?;
                 tokio::time::sleep(Duration::from_millis(u64::from(wait_ms))).await;
                 let queue = pmtu::drain_error_queue(&sock)?;
-                Reply::DownSent { round, probes: sent, icmp: icmp_list(&queue) }
+                Reply::DownSent {
+                    round,
+                    probes: sent,
+                    icmp: icmp_list(&queue),
+                }
             }
             Request::UpReceived { round } => {
                 let ids = state.lock().up_ids.get(&round).cloned().unwrap_or_default();
@@ -218,15 +290,22 @@ impl MtuService {
                 state.lock().mss = None;
                 tokio::spawn(async move {
                     let deadline = Instant::now() + Duration::from_secs(5);
-                    while let Ok(Ok((stream, peer))) = tokio::time::timeout_at(deadline.into(), listener.accept()).await {
+                    while let Ok(Ok((stream, peer))) =
+                        tokio::time::timeout_at(deadline.into(), listener.accept()).await
+                    {
                         if !session.knows_addr(peer.ip()) {
                             continue;
                         }
-                        let syn_mss = pathdoc_sys::saved_syn::saved_syn(&stream).ok().and_then(|h| pathdoc_sys::saved_syn::syn_mss(&h));
-                        let advmss = pathdoc_sys::tcp_info::tcp_info(&stream).ok().map(|i| i.advmss());
+                        let syn_mss = pathdoc_sys::saved_syn::saved_syn(&stream)
+                            .ok()
+                            .and_then(|h| pathdoc_sys::saved_syn::syn_mss(&h));
+                        let advmss = pathdoc_sys::tcp_info::tcp_info(&stream)
+                            .ok()
+                            .map(|i| i.advmss());
                         state.lock().mss = Some((syn_mss, advmss));
                         // Hold the connection briefly so the client can read its TCP_INFO.
-                        let _ = tokio::time::timeout(Duration::from_secs(5), stream.readable()).await;
+                        let _ =
+                            tokio::time::timeout(Duration::from_secs(5), stream.readable()).await;
                         break;
                     }
                 });
@@ -236,15 +315,22 @@ impl MtuService {
                 let deadline = Instant::now() + Duration::from_secs(2);
                 loop {
                     if let Some((syn_mss, server_advmss)) = state.lock().mss {
-                        break Reply::MssSeen { syn_mss, server_advmss };
+                        break Reply::MssSeen {
+                            syn_mss,
+                            server_advmss,
+                        };
                     }
                     if Instant::now() > deadline {
-                        break Reply::Error { message: "no connection reached the MSS listener".into() };
+                        break Reply::Error {
+                            message: "no connection reached the MSS listener".into(),
+                        };
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
-            Request::BulkStats => Reply::BulkStats { stats: state.lock().bulk.take() },
+            Request::BulkStats => Reply::BulkStats {
+                stats: state.lock().bulk.take(),
+            },
             Request::Done => return Ok(None),
         }))
     }
@@ -256,7 +342,12 @@ impl Service for MtuService {
         CheckKind::Mtu
     }
 
-    async fn control(&self, session: Arc<Session>, mut conn: FramedConn, _resumed: bool) -> Result<(), ServiceError> {
+    async fn control(
+        &self,
+        session: Arc<Session>,
+        mut conn: FramedConn,
+        _resumed: bool,
+    ) -> Result<(), ServiceError> {
         let state = session.state::<State>();
         loop {
             let req: Request = tokio::select! {
@@ -267,18 +358,29 @@ impl Service for MtuService {
             let reply = match self.handle(&session, &mut conn, &state, req).await {
                 Ok(Some(r)) => r,
                 Ok(None) => return Ok(()),
-                Err(e) => Reply::Error { message: e.to_string() },
+                Err(e) => Reply::Error {
+                    message: e.to_string(),
+                },
             };
             conn.send(&reply).await?;
         }
     }
 
-    async fn data(&self, session: Arc<Session>, tag: u32, mut conn: FramedConn) -> Result<(), ServiceError> {
+    async fn data(
+        &self,
+        session: Arc<Session>,
+        tag: u32,
+        mut conn: FramedConn,
+    ) -> Result<(), ServiceError> {
         if tag != TAG_BULK {
-            return Err(ServiceError::BadRequest(format!("unknown mtu data tag {tag}")));
+            return Err(ServiceError::BadRequest(format!(
+                "unknown mtu data tag {tag}"
+            )));
         }
         let state = session.state::<State>();
-        let req: BulkRequest = conn.recv_timeout(Duration::from_secs(5), "the bulk request").await?;
+        let req: BulkRequest = conn
+            .recv_timeout(Duration::from_secs(5), "the bulk request")
+            .await?;
         let duration = Duration::from_millis(u64::from(req.duration_ms.min(MAX_BULK_MS)));
         let deadline = tokio::time::Instant::now() + duration;
         let chunk = vec![0u8; 64 * 1024];
@@ -290,12 +392,23 @@ impl Service for MtuService {
             }
         }
         if let Ok(i) = pathdoc_sys::tcp_info::tcp_info(conn.stream()) {
-            state.lock().bulk = Some(BulkServerStats { bytes_acked: i.bytes_acked, snd_mss: i.snd_mss(), pmtu: i.pmtu(), total_retrans: i.total_retrans });
+            state.lock().bulk = Some(BulkServerStats {
+                bytes_acked: i.bytes_acked,
+                snd_mss: i.snd_mss(),
+                pmtu: i.pmtu(),
+                total_retrans: i.total_retrans,
+            });
         }
         Ok(())
     }
 
-    async fn udp(&self, session: Arc<Session>, kind: u16, payload: &[u8], from: SocketAddr) -> Option<Vec<u8>> {
+    async fn udp(
+        &self,
+        session: Arc<Session>,
+        kind: u16,
+        payload: &[u8],
+        from: SocketAddr,
+    ) -> Option<Vec<u8>> {
         let state = session.state::<State>();
         let mut g = state.lock();
         match kind {

@@ -5,7 +5,8 @@ use pathdoc_core::{Evidence, Finding, Quantity, Remedy, Status};
 use serde::Serialize;
 
 use crate::analysis::{
-    bulk_stalled, BulkRun, Direction, Location, LocateMethod, MssComparison, MssObservation, Outcome, TtlRow,
+    bulk_stalled, BulkRun, Direction, LocateMethod, Location, MssComparison, MssObservation,
+    Outcome, TtlRow,
 };
 use crate::wire::IcmpSeen;
 
@@ -90,19 +91,32 @@ fn where_text(dir: Direction, loc: &Option<Location>) -> String {
 }
 
 fn probe_evidence(d: &DirectionData) -> Evidence {
-    let table: Vec<String> = d.probes.iter().map(|p| format!("{} B {}/{}", p.size, p.received, p.sent)).collect();
-    Evidence::new(format!("{} DF probes (size arrived/sent)", d.direction.label()), Quantity::Text(table.join(", ")))
-        .with_detail("UDP with IP_PMTUDISC_PROBE; sizes are whole IP datagrams")
+    let table: Vec<String> = d
+        .probes
+        .iter()
+        .map(|p| format!("{} B {}/{}", p.size, p.received, p.sent))
+        .collect();
+    Evidence::new(
+        format!("{} DF probes (size arrived/sent)", d.direction.label()),
+        Quantity::Text(table.join(", ")),
+    )
+    .with_detail("UDP with IP_PMTUDISC_PROBE; sizes are whole IP datagrams")
 }
 
 fn icmp_remedies(dir: Direction, mtu: u16, data: &MtuData) -> Vec<Remedy> {
     let who = dir.sender();
     let mss = u32::from(mtu).saturating_sub(hdr(data.ipv6));
     let peer = match dir {
-        Direction::ServerToClient => data.client_observed.clone().unwrap_or_else(|| "CLIENT_ADDR".into()),
+        Direction::ServerToClient => data
+            .client_observed
+            .clone()
+            .unwrap_or_else(|| "CLIENT_ADDR".into()),
         Direction::ClientToServer => data.server.clone(),
     };
-    let peer_ip = peer.rsplit_once(':').map(|(h, _)| h.trim_matches(['[', ']']).to_string()).unwrap_or(peer);
+    let peer_ip = peer
+        .rsplit_once(':')
+        .map(|(h, _)| h.trim_matches(['[', ']']).to_string())
+        .unwrap_or(peer);
     let mut r = vec![
         Remedy::new(format!("Let ICMP \"fragmentation needed\" (type 3 code 4) reach the {who}; check every firewall in front of it too"))
             .with_command("nft insert rule inet filter input icmp type destination-unreachable icmp code frag-needed accept"),
@@ -270,19 +284,38 @@ fn mss_findings(data: &MtuData) -> Vec<Finding> {
 }
 
 fn bulk_findings(data: &MtuData) -> Vec<Finding> {
-    let Some(full) = &data.bulk_full else { return Vec::new() };
-    let probing = data.server_tcp_mtu_probing.clone().unwrap_or_else(|| "unknown".into());
-    let full_ev = Evidence::new("download, full-size segments", Quantity::Goodput(full.goodput_bps()))
-        .with_detail(format!("{} bytes in {:.1} s", full.bytes, full.seconds));
+    let Some(full) = &data.bulk_full else {
+        return Vec::new();
+    };
+    let probing = data
+        .server_tcp_mtu_probing
+        .clone()
+        .unwrap_or_else(|| "unknown".into());
+    let full_ev = Evidence::new(
+        "download, full-size segments",
+        Quantity::Goodput(full.goodput_bps()),
+    )
+    .with_detail(format!("{} bytes in {:.1} s", full.bytes, full.seconds));
     let Some(reduced) = &data.bulk_reduced else {
         return vec![Finding::new(CHECK, "bulk-download", Status::Info, "bulk download with full-size segments")
             .summary("Measured for reference; no smaller MTU was found server→client, so no reduced-MSS comparison was needed.")
             .evidence(full_ev)];
     };
-    let red_ev = Evidence::new(format!("download, client MSS {}", reduced.client_mss.unwrap_or(0)), Quantity::Goodput(reduced.goodput_bps()))
-        .with_detail(format!("{} bytes in {:.1} s (TCP_MAXSEG set before connect)", reduced.bytes, reduced.seconds));
-    let probing_ev = Evidence::new("server net.ipv4.tcp_mtu_probing", Quantity::Text(probing.clone()))
-        .with_detail("0 = never recovers from a black hole; 1 = probes after repeated timeouts; 2 = always");
+    let red_ev = Evidence::new(
+        format!("download, client MSS {}", reduced.client_mss.unwrap_or(0)),
+        Quantity::Goodput(reduced.goodput_bps()),
+    )
+    .with_detail(format!(
+        "{} bytes in {:.1} s (TCP_MAXSEG set before connect)",
+        reduced.bytes, reduced.seconds
+    ));
+    let probing_ev = Evidence::new(
+        "server net.ipv4.tcp_mtu_probing",
+        Quantity::Text(probing.clone()),
+    )
+    .with_detail(
+        "0 = never recovers from a black hole; 1 = probes after repeated timeouts; 2 = always",
+    );
     if bulk_stalled(full, reduced) {
         let mut f = Finding::new(CHECK, "bulk-download-stall", Status::Fail, "downloads with full-size segments stall; with a smaller MSS they are fast")
             .summary(format!(
@@ -297,20 +330,34 @@ fn bulk_findings(data: &MtuData) -> Vec<Finding> {
             .evidence(probing_ev);
         if let Some(s) = full.server {
             f = f.evidence(
-                Evidence::new("server snd_mss / pmtu during the stalled download", Quantity::Text(format!("{} B / {} B, {} retransmissions", s.snd_mss, s.pmtu, s.total_retrans)))
-                    .with_detail("server TCP_INFO"),
+                Evidence::new(
+                    "server snd_mss / pmtu during the stalled download",
+                    Quantity::Text(format!(
+                        "{} B / {} B, {} retransmissions",
+                        s.snd_mss, s.pmtu, s.total_retrans
+                    )),
+                )
+                .with_detail("server TCP_INFO"),
             );
         }
         if probing.trim() == "0" {
-            f = f.remedy(Remedy::new("On the server: enable TCP black-hole MTU probing").with_command("sysctl -w net.ipv4.tcp_mtu_probing=1"));
+            f = f.remedy(
+                Remedy::new("On the server: enable TCP black-hole MTU probing")
+                    .with_command("sysctl -w net.ipv4.tcp_mtu_probing=1"),
+            );
         }
         vec![f]
     } else {
-        vec![Finding::new(CHECK, "bulk-download", Status::Pass, "bulk downloads with full-size segments are not slowed by the MTU")
-            .summary("A download with full-size segments was about as fast as one with a reduced MSS.")
-            .evidence(full_ev)
-            .evidence(red_ev)
-            .evidence(probing_ev)]
+        vec![Finding::new(
+            CHECK,
+            "bulk-download",
+            Status::Pass,
+            "bulk downloads with full-size segments are not slowed by the MTU",
+        )
+        .summary("A download with full-size segments was about as fast as one with a reduced MSS.")
+        .evidence(full_ev)
+        .evidence(red_ev)
+        .evidence(probing_ev)]
     }
 }
 
@@ -323,7 +370,15 @@ pub fn findings(data: &MtuData) -> Vec<Finding> {
     out.extend(mss_findings(data));
     out.extend(bulk_findings(data));
     for n in &data.notes {
-        out.push(Finding::new(CHECK, "step-skipped", Status::Info, "an mtu step could not run").summary(n.clone()));
+        out.push(
+            Finding::new(
+                CHECK,
+                "step-skipped",
+                Status::Info,
+                "an mtu step could not run",
+            )
+            .summary(n.clone()),
+        );
     }
     out
 }
@@ -338,29 +393,84 @@ mod tests {
             direction,
             max_probed: 1500,
             local_limit: None,
-            probes: vec![ProbeRow { size: 1500, sent: 3, received: 0 }, ProbeRow { size: 1420, sent: 3, received: 3 }],
+            probes: vec![
+                ProbeRow {
+                    size: 1500,
+                    sent: 3,
+                    received: 0,
+                },
+                ProbeRow {
+                    size: 1420,
+                    sent: 3,
+                    received: 3,
+                },
+            ],
             icmp: vec![],
             outcome,
             ttl_scan: vec![],
-            location: Some(Location { hop: 1, addr: Some("10.0.1.1".parse().unwrap()), method: LocateMethod::LastHopReached }),
+            location: Some(Location {
+                hop: 1,
+                addr: Some("10.0.1.1".parse().unwrap()),
+                method: LocateMethod::LastHopReached,
+            }),
         }
     }
 
     fn base() -> MtuData {
-        MtuData { server: "10.0.2.2:7224".into(), client_observed: Some("10.0.1.2:40000".into()), ..Default::default() }
+        MtuData {
+            server: "10.0.2.2:7224".into(),
+            client_observed: Some("10.0.1.2:40000".into()),
+            ..Default::default()
+        }
     }
 
     #[test]
     fn verdict_table() {
-        let bh = Outcome::BlackHole { mtu: 1420, smallest_lost: 1421 };
-        let sig = Outcome::Signalled { mtu: 1420, ptb_mtu: 1420, ptb_from: None };
+        let bh = Outcome::BlackHole {
+            mtu: 1420,
+            smallest_lost: 1421,
+        };
+        let sig = Outcome::Signalled {
+            mtu: 1420,
+            ptb_mtu: 1420,
+            ptb_from: None,
+        };
         let clean = Outcome::Clean { mtu: 1500 };
         // (up, down, expected ids with statuses)
-        let cases: Vec<(Outcome, Outcome, Vec<(&str, Status)>)> = vec![
-            (clean.clone(), clean.clone(), vec![("path-mtu-up", Status::Pass), ("path-mtu-down", Status::Pass)]),
-            (clean.clone(), bh.clone(), vec![("path-mtu-up", Status::Pass), ("pmtud-black-hole-down", Status::Fail)]),
-            (bh.clone(), sig.clone(), vec![("pmtud-black-hole-up", Status::Fail), ("path-mtu-down", Status::Pass)]),
-            (Outcome::NothingArrived, clean, vec![("path-mtu-up", Status::Inconclusive), ("path-mtu-down", Status::Pass)]),
+        type Case = (Outcome, Outcome, Vec<(&'static str, Status)>);
+        let cases: Vec<Case> = vec![
+            (
+                clean.clone(),
+                clean.clone(),
+                vec![
+                    ("path-mtu-up", Status::Pass),
+                    ("path-mtu-down", Status::Pass),
+                ],
+            ),
+            (
+                clean.clone(),
+                bh.clone(),
+                vec![
+                    ("path-mtu-up", Status::Pass),
+                    ("pmtud-black-hole-down", Status::Fail),
+                ],
+            ),
+            (
+                bh.clone(),
+                sig.clone(),
+                vec![
+                    ("pmtud-black-hole-up", Status::Fail),
+                    ("path-mtu-down", Status::Pass),
+                ],
+            ),
+            (
+                Outcome::NothingArrived,
+                clean,
+                vec![
+                    ("path-mtu-up", Status::Inconclusive),
+                    ("path-mtu-down", Status::Pass),
+                ],
+            ),
         ];
         for (up, down, want) in cases {
             let data = MtuData {
@@ -368,8 +478,12 @@ mod tests {
                 down: Some(dir(Direction::ServerToClient, down)),
                 ..base()
             };
-            let got: Vec<(String, Status)> = findings(&data).iter().map(|f| (f.id.clone(), f.status)).collect();
-            let want: Vec<(String, Status)> = want.into_iter().map(|(i, s)| (i.to_string(), s)).collect();
+            let got: Vec<(String, Status)> = findings(&data)
+                .iter()
+                .map(|f| (f.id.clone(), f.status))
+                .collect();
+            let want: Vec<(String, Status)> =
+                want.into_iter().map(|(i, s)| (i.to_string(), s)).collect();
             assert_eq!(got, want);
         }
     }
@@ -377,37 +491,84 @@ mod tests {
     #[test]
     fn black_hole_names_direction_hop_and_fixes() {
         let data = MtuData {
-            down: Some(dir(Direction::ServerToClient, Outcome::BlackHole { mtu: 1420, smallest_lost: 1421 })),
+            down: Some(dir(
+                Direction::ServerToClient,
+                Outcome::BlackHole {
+                    mtu: 1420,
+                    smallest_lost: 1421,
+                },
+            )),
             ..base()
         };
         let f = &findings(&data)[0];
         assert!(f.title.contains("server→client"), "{}", f.title);
         assert!(f.summary.contains("hop 1"), "{}", f.summary);
-        let cmds: Vec<&str> = f.remedies.iter().filter_map(|r| r.command.as_deref()).collect();
-        assert!(cmds.iter().any(|c| c.contains("icmp code frag-needed accept")));
-        assert!(cmds.iter().any(|c| c.contains("10.0.1.2 via GATEWAY mtu lock 1420")), "{cmds:?}");
-        assert!(cmds.iter().any(|c| c.contains("10.0.2.2 via GATEWAY advmss 1380")), "{cmds:?}");
+        let cmds: Vec<&str> = f
+            .remedies
+            .iter()
+            .filter_map(|r| r.command.as_deref())
+            .collect();
+        assert!(cmds
+            .iter()
+            .any(|c| c.contains("icmp code frag-needed accept")));
+        assert!(
+            cmds.iter()
+                .any(|c| c.contains("10.0.1.2 via GATEWAY mtu lock 1420")),
+            "{cmds:?}"
+        );
+        assert!(
+            cmds.iter()
+                .any(|c| c.contains("10.0.2.2 via GATEWAY advmss 1380")),
+            "{cmds:?}"
+        );
         assert!(cmds.iter().any(|c| c.contains("tcp_mtu_probing=1")));
         assert!(cmds.iter().any(|c| c.contains("ethtool -k")));
     }
 
     #[test]
     fn clamp_is_info_unless_too_big_for_the_path() {
-        let cmp = |arrived| MssComparison { direction: Direction::ClientToServer, sent: 1460, arrived, rewritten: Some(true) };
-        let mut data = MtuData { up: Some(dir(Direction::ClientToServer, Outcome::Clean { mtu: 1500 })), ..base() };
+        let cmp = |arrived| MssComparison {
+            direction: Direction::ClientToServer,
+            sent: 1460,
+            arrived,
+            rewritten: Some(true),
+        };
+        let mut data = MtuData {
+            up: Some(dir(Direction::ClientToServer, Outcome::Clean { mtu: 1500 })),
+            ..base()
+        };
         data.mss_comparison = vec![cmp(1380)];
-        let f: Vec<Finding> = findings(&data).into_iter().filter(|f| f.id.starts_with("mss")).collect();
+        let f: Vec<Finding> = findings(&data)
+            .into_iter()
+            .filter(|f| f.id.starts_with("mss"))
+            .collect();
         assert_eq!(f[0].id, "mss-clamped-up");
         assert_eq!(f[0].status, Status::Info);
-        data.up = Some(dir(Direction::ClientToServer, Outcome::Signalled { mtu: 1280, ptb_mtu: 1280, ptb_from: None }));
-        let f: Vec<Finding> = findings(&data).into_iter().filter(|f| f.id.starts_with("mss")).collect();
+        data.up = Some(dir(
+            Direction::ClientToServer,
+            Outcome::Signalled {
+                mtu: 1280,
+                ptb_mtu: 1280,
+                ptb_from: None,
+            },
+        ));
+        let f: Vec<Finding> = findings(&data)
+            .into_iter()
+            .filter(|f| f.id.starts_with("mss"))
+            .collect();
         assert_eq!(f[0].status, Status::Warn);
         let _ = IcmpKind::TooBig;
     }
 
     #[test]
     fn bulk_stall_is_a_failure_with_the_sysctl() {
-        let run = |mss, bytes| BulkRun { client_mss: mss, seconds: 1.0, bytes, rcv_mss: None, server: None };
+        let run = |mss, bytes| BulkRun {
+            client_mss: mss,
+            seconds: 1.0,
+            bytes,
+            rcv_mss: None,
+            server: None,
+        };
         let data = MtuData {
             bulk_full: Some(run(None, 1000)),
             bulk_reduced: Some(run(Some(1380), 20_000_000)),
@@ -417,6 +578,9 @@ mod tests {
         let f = findings(&data);
         assert_eq!(f[0].id, "bulk-download-stall");
         assert_eq!(f[0].status, Status::Fail);
-        assert!(f[0].remedies.iter().any(|r| r.command.as_deref() == Some("sysctl -w net.ipv4.tcp_mtu_probing=1")));
+        assert!(f[0]
+            .remedies
+            .iter()
+            .any(|r| r.command.as_deref() == Some("sysctl -w net.ipv4.tcp_mtu_probing=1")));
     }
 }

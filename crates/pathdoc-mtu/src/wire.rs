@@ -79,9 +79,16 @@ pub enum Request {
     /// socket towards that address.
     DownTarget,
     /// Send these probes, `attempts` times each, to the client, wait `wait_ms` for ICMP, report.
-    ProbeDown { round: u32, probes: Vec<ProbeSpec>, attempts: u8, wait_ms: u32 },
+    ProbeDown {
+        round: u32,
+        probes: Vec<ProbeSpec>,
+        attempts: u8,
+        wait_ms: u32,
+    },
     /// Which client → server probes of `round` arrived.
-    UpReceived { round: u32 },
+    UpReceived {
+        round: u32,
+    },
     /// Open a one-shot listener that saves the client's SYN.
     MssListen,
     /// What the saved SYN said.
@@ -150,9 +157,18 @@ pub enum Reply {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         route_mtu: Option<u32>,
     },
-    DownSent { round: u32, probes: Vec<SentProbe>, icmp: Vec<IcmpSeen> },
-    UpReceived { round: u32, ids: Vec<u32> },
-    MssListening { port: u16 },
+    DownSent {
+        round: u32,
+        probes: Vec<SentProbe>,
+        icmp: Vec<IcmpSeen>,
+    },
+    UpReceived {
+        round: u32,
+        ids: Vec<u32>,
+    },
+    MssListening {
+        port: u16,
+    },
     MssSeen {
         /// MSS option of the client's SYN as it arrived.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,7 +181,9 @@ pub enum Reply {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         stats: Option<BulkServerStats>,
     },
-    Error { message: String },
+    Error {
+        message: String,
+    },
 }
 
 /// First frame on a bulk data connection.
@@ -189,7 +207,12 @@ mod tests {
 
     #[test]
     fn probe_fields_round_trip_and_reject_short() {
-        let p = ProbeFields { round: 7, id: 0x0102_0304, size: 1420, ttl: 3 };
+        let p = ProbeFields {
+            round: 7,
+            id: 0x0102_0304,
+            size: 1420,
+            ttl: 3,
+        };
         let mut buf = Vec::new();
         p.encode(&mut buf);
         assert_eq!(buf.len(), PROBE_FIELDS);
@@ -199,7 +222,15 @@ mod tests {
 
     #[test]
     fn requests_are_tagged_json() {
-        let r = Request::ProbeDown { round: 1, probes: vec![ProbeSpec { size: 1500, ttl: None }], attempts: 3, wait_ms: 300 };
+        let r = Request::ProbeDown {
+            round: 1,
+            probes: vec![ProbeSpec {
+                size: 1500,
+                ttl: None,
+            }],
+            attempts: 3,
+            wait_ms: 300,
+        };
         let j = serde_json::to_string(&r).unwrap();
         assert!(j.contains("\"type\":\"probe-down\""), "{j}");
         assert_eq!(serde_json::from_str::<Request>(&j).unwrap(), r);

@@ -73,7 +73,12 @@ fn is_v6(sock: &UdpSocket) -> io::Result<bool> {
     Ok(sock.local_addr()?.is_ipv6())
 }
 
-fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: we pass a valid pointer to a c_int and its size.
     let rc = unsafe {
         libc::setsockopt(
@@ -96,7 +101,13 @@ fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Resul
     let mut len = size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: value and len are valid for writes of the sizes we pass.
     let rc = unsafe {
-        libc::getsockopt(fd, level, name, &mut value as *mut libc::c_int as *mut libc::c_void, &mut len)
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            &mut value as *mut libc::c_int as *mut libc::c_void,
+            &mut len,
+        )
     };
     if rc == 0 {
         Ok(value)
@@ -111,13 +122,28 @@ fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Resul
 pub fn make_probe_socket(sock: &UdpSocket) -> io::Result<()> {
     let fd = sock.as_raw_fd();
     if is_v6(sock)? {
-        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_PROBE)?;
+        setsockopt_int(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_PROBE,
+        )?;
         setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVERR, 1)?;
         // A v6 socket may also carry v4-mapped traffic; failures here are harmless.
-        let _ = setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_PROBE);
+        let _ = setsockopt_int(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_PROBE,
+        );
         let _ = setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVERR, 1);
     } else {
-        setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_PROBE)?;
+        setsockopt_int(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_PROBE,
+        )?;
         setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVERR, 1)?;
     }
     Ok(())
@@ -127,7 +153,12 @@ pub fn make_probe_socket(sock: &UdpSocket) -> io::Result<()> {
 pub fn set_ttl(sock: &UdpSocket, ttl: u8) -> io::Result<()> {
     let fd = sock.as_raw_fd();
     if is_v6(sock)? {
-        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_UNICAST_HOPS, ttl as libc::c_int)
+        setsockopt_int(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_UNICAST_HOPS,
+            ttl as libc::c_int,
+        )
     } else {
         setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_TTL, ttl as libc::c_int)
     }
@@ -178,7 +209,10 @@ fn recv_one_error(fd: RawFd) -> io::Result<Option<QueuedError>> {
     let mut data = [0u8; 2048];
     let mut control = [0u8; 512];
     let mut name = MaybeUninit::<libc::sockaddr_storage>::zeroed();
-    let mut iov = libc::iovec { iov_base: data.as_mut_ptr() as *mut libc::c_void, iov_len: data.len() };
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
     // SAFETY: msghdr is plain data; zeroed is a valid empty header we then fill in.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_name = name.as_mut_ptr() as *mut libc::c_void;
@@ -250,12 +284,18 @@ unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
         match (*sa).sa_family as libc::c_int {
             libc::AF_INET => {
                 let sin = std::ptr::read_unaligned(sa as *const libc::sockaddr_in);
-                Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))))
+                Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                    sin.sin_addr.s_addr,
+                ))))
             }
             libc::AF_INET6 => {
                 let sin6 = std::ptr::read_unaligned(sa as *const libc::sockaddr_in6);
                 let v6 = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
-                Some(v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)))
+                Some(
+                    v6.to_ipv4_mapped()
+                        .map(IpAddr::V4)
+                        .unwrap_or(IpAddr::V6(v6)),
+                )
             }
             _ => None,
         }
@@ -278,13 +318,19 @@ mod tests {
         assert!(route_mtu(&tx).unwrap() >= 1500);
         assert_eq!(tx.send(&vec![0u8; 60000]).unwrap(), 60000);
         let mut buf = vec![0u8; 65536];
-        rx.set_read_timeout(Some(std::time::Duration::from_secs(2))).unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
         assert_eq!(rx.recv(&mut buf).unwrap(), 60000);
         let mtu = route_mtu(&tx).unwrap() as usize;
         let err = tx.send(&vec![0u8; mtu]).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EMSGSIZE));
         let queued = drain_error_queue(&tx).unwrap();
-        assert!(queued.iter().any(|e| e.is_too_big() && e.origin == ErrorOrigin::Local), "{queued:?}");
+        assert!(
+            queued
+                .iter()
+                .any(|e| e.is_too_big() && e.origin == ErrorOrigin::Local),
+            "{queued:?}"
+        );
         assert!(drain_error_queue(&tx).unwrap().is_empty());
     }
 

@@ -98,7 +98,9 @@ mod tests {
     use std::net::{TcpListener, TcpStream};
 
     fn ipv4_syn(options: &[u8]) -> Vec<u8> {
-        let mut h = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
+        let mut h = vec![
+            0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
         let doff = (20 + options.len()) / 4;
         let mut tcp = vec![0u8; 20];
         tcp[12] = (doff as u8) << 4;
@@ -111,12 +113,18 @@ mod tests {
     #[test]
     fn parses_mss_among_other_options() {
         // MSS 1460, SACK permitted, timestamps, NOP, window scale.
-        let opts = [2, 4, 0x05, 0xb4, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 3, 3, 7];
+        let opts = [
+            2, 4, 0x05, 0xb4, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 3, 3, 7,
+        ];
         assert_eq!(syn_mss(&ipv4_syn(&opts)), Some(1460));
         let opts = [1, 1, 4, 2, 2, 4, 0x05, 0x78];
         assert_eq!(syn_mss(&ipv4_syn(&opts)), Some(1400));
         assert_eq!(syn_mss(&ipv4_syn(&[4, 2, 1, 1])), None);
-        assert_eq!(syn_mss(&ipv4_syn(&[2, 0, 0, 0])), None, "zero-length option is malformed");
+        assert_eq!(
+            syn_mss(&ipv4_syn(&[2, 0, 0, 0])),
+            None,
+            "zero-length option is malformed"
+        );
         assert_eq!(syn_mss(&[]), None);
         assert_eq!(syn_mss(&[0x45, 0, 0]), None);
     }
@@ -125,9 +133,12 @@ mod tests {
     fn loopback_saved_syn_has_the_clients_mss() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         enable_save_syn(&listener).unwrap();
-        let client = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        let client =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
         client.set_mss(1200).unwrap();
-        client.connect(&listener.local_addr().unwrap().into()).unwrap();
+        client
+            .connect(&listener.local_addr().unwrap().into())
+            .unwrap();
         let _client: TcpStream = client.into();
         let (server, _) = listener.accept().unwrap();
         let syn = saved_syn(&server).unwrap();

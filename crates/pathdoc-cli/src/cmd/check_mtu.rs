@@ -34,7 +34,11 @@ pub struct MtuArgs {
     pub skip_mss: bool,
 }
 
-pub async fn run(ctx: &CheckContext<'_>, args: &MtuArgs, report: &mut Report) -> anyhow::Result<()> {
+pub async fn run(
+    ctx: &CheckContext<'_>,
+    args: &MtuArgs,
+    report: &mut Report,
+) -> anyhow::Result<()> {
     let opts = pathdoc_mtu::MtuOptions {
         min_size: args.min,
         max_size: args.max,
@@ -45,47 +49,73 @@ pub async fn run(ctx: &CheckContext<'_>, args: &MtuArgs, report: &mut Report) ->
         skip_mss: args.skip_mss,
         ..pathdoc_mtu::MtuOptions::default()
     };
-    ctx.progress.note("mtu: probing the path MTU both ways (a few seconds)");
+    ctx.progress
+        .note("mtu: probing the path MTU both ways (a few seconds)");
     let result = pathdoc_mtu::run_check(ctx.server, ctx.auth_token.clone(), &opts, ctx.progress)
         .await
         .with_context(|| format!("mtu check against {}", ctx.server))?;
     report.findings.extend(result.findings);
-    report.data.insert("mtu".to_string(), serde_json::to_value(&result.data).context("serializing the mtu probe table")?);
+    report.data.insert(
+        "mtu".to_string(),
+        serde_json::to_value(&result.data).context("serializing the mtu probe table")?,
+    );
     ctx.progress.status("mtu: done");
     Ok(())
 }
 
 /// `pathdoc lab demo` hook for the pmtu-blackhole scenario: run `pathdoc server` in the lab's
 /// server, `pathdoc check --mtu` in its client, and show the diagnosis lines.
-pub fn demo_check(lab: &pathdoc_lab::Lab, say: pathdoc_lab::demo::Say) -> Result<(), pathdoc_lab::LabError> {
+pub fn demo_check(
+    lab: &pathdoc_lab::Lab,
+    say: pathdoc_lab::demo::Say,
+) -> Result<(), pathdoc_lab::LabError> {
     use pathdoc_lab::LabError;
-    let exe = std::env::current_exe().map_err(|e| LabError::Measurement(format!("cannot find the pathdoc binary: {e}")))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| LabError::Measurement(format!("cannot find the pathdoc binary: {e}")))?;
     let port = pathdoc_proto::DEFAULT_PORT;
     let mut server = lab.command("server", &exe);
-    server.args(["server", "--listen", &format!("0.0.0.0:{port}")]).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    server
+        .args(["server", "--listen", &format!("0.0.0.0:{port}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
     let _server = lab.spawn("server", server)?;
     let addr = std::net::SocketAddr::new(lab.addr("server"), port);
     let ns = lab.netns("client").to_string();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while pathdoc_sys::netns::run_in_netns(&ns, || std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300)))
-        .map_err(|e| LabError::Measurement(e.to_string()))?
-        .is_err()
+    while pathdoc_sys::netns::run_in_netns(&ns, || {
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300))
+    })
+    .map_err(|e| LabError::Measurement(e.to_string()))?
+    .is_err()
     {
         if std::time::Instant::now() > deadline {
-            return Err(LabError::Measurement(format!("pathdoc server did not come up at {addr}")));
+            return Err(LabError::Measurement(format!(
+                "pathdoc server did not come up at {addr}"
+            )));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     let mut check = lab.command("client", &exe);
     check.args(["check", &addr.to_string(), "--mtu", "--json"]);
     let done = pathdoc_lab::exec::run_unchecked(&mut check, None, Duration::from_secs(30))?;
-    let report: Report = serde_json::from_str(&done.stdout)
-        .map_err(|e| LabError::Measurement(format!("pathdoc check --mtu printed no report ({e}): {}", done.stderr.trim())))?;
+    let report: Report = serde_json::from_str(&done.stdout).map_err(|e| {
+        LabError::Measurement(format!(
+            "pathdoc check --mtu printed no report ({e}): {}",
+            done.stderr.trim()
+        ))
+    })?;
     say(format!("pathdoc check {addr} --mtu:"));
-    for f in report.findings.iter().filter(|f| f.status >= pathdoc_core::Status::Warn) {
+    for f in report
+        .findings
+        .iter()
+        .filter(|f| f.status >= pathdoc_core::Status::Warn)
+    {
         say(format!("  [{}] {}", f.status, f.title));
         if let Some(r) = f.remedies.first() {
-            say(format!("      fix: {}", r.command.as_deref().unwrap_or(&r.description)));
+            say(format!(
+                "      fix: {}",
+                r.command.as_deref().unwrap_or(&r.description)
+            ));
         }
     }
     Ok(())
