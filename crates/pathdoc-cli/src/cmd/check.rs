@@ -66,14 +66,13 @@ pub struct CheckContext<'a> {
     pub server: SocketAddr,
     pub auth_token: Option<String>,
     pub progress: &'a TerminalProgress,
-    pub global: Global,
 }
 
 pub fn run(args: CheckArgs, global: Global) -> anyhow::Result<i32> {
     let server = args.target.resolve()?;
     let all = !(args.mtu || args.throughput || args.idle);
     let progress = TerminalProgress::new(global);
-    let ctx = CheckContext { server, auth_token: args.target.auth_token.clone(), progress: &progress, global };
+    let ctx = CheckContext { server, auth_token: args.target.auth_token.clone(), progress: &progress };
     let mut report = Report::new("check", server.to_string());
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
