@@ -72,7 +72,11 @@ pub fn run(args: CheckArgs, global: Global) -> anyhow::Result<i32> {
     let server = args.target.resolve()?;
     let all = !(args.mtu || args.throughput || args.idle);
     let progress = TerminalProgress::new(global);
-    let ctx = CheckContext { server, auth_token: args.target.auth_token.clone(), progress: &progress };
+    let ctx = CheckContext {
+        server,
+        auth_token: args.target.auth_token.clone(),
+        progress: &progress,
+    };
     let mut report = Report::new("check", server.to_string());
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
@@ -99,8 +103,13 @@ pub fn run(args: CheckArgs, global: Global) -> anyhow::Result<i32> {
 fn could_not_run(report: &mut Report, check: &str, result: anyhow::Result<()>) {
     if let Err(e) = result {
         report.findings.push(
-            pathdoc_core::Finding::new(check, "check-failed", pathdoc_core::Status::Inconclusive, format!("the {check} check could not run"))
-                .summary(format!("{e:#}")),
+            pathdoc_core::Finding::new(
+                check,
+                "check-failed",
+                pathdoc_core::Status::Inconclusive,
+                format!("the {check} check could not run"),
+            )
+            .summary(format!("{e:#}")),
         );
     }
 }
