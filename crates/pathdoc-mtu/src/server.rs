@@ -24,6 +24,8 @@ use crate::wire::*;
 const CONTROL_IDLE: Duration = Duration::from_secs(60);
 /// Most client→server probe ids remembered per session.
 const MAX_UP_IDS: usize = 8192;
+/// One-shot SYN-saving listeners per session.
+const MAX_MSS_LISTENERS: u32 = 4;
 
 /// The mtu check's server side.
 #[derive(Debug, Default)]
@@ -49,6 +51,8 @@ struct Inner {
     bytes_sent: u64,
     next_id: u32,
     mss: Option<(Option<u16>, Option<u32>)>,
+    /// Listeners opened for this session; bounded so a client cannot pile up sockets.
+    mss_listeners: u32,
     bulk: Option<BulkServerStats>,
 }
 
@@ -280,6 +284,17 @@ impl MtuService {
                 Reply::UpReceived { round, ids }
             }
             Request::MssListen => {
+                {
+                    let mut g = state.lock();
+                    if g.mss_listeners >= MAX_MSS_LISTENERS {
+                        return Ok(Some(Reply::Error {
+                            message: format!(
+                                "at most {MAX_MSS_LISTENERS} MSS listeners per session"
+                            ),
+                        }));
+                    }
+                    g.mss_listeners += 1;
+                }
                 let addr = SocketAddr::new(conn.local().ip(), 0);
                 let listener = std::net::TcpListener::bind(addr)?;
                 pathdoc_sys::saved_syn::enable_save_syn(&listener)?;
