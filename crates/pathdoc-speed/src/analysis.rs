@@ -567,7 +567,7 @@ pub fn diagnose_asymmetry(upload: &DirectionResult, download: &DirectionResult) 
     }
     let ratio = slow.goodput_bps / fast.goodput_bps;
     if ratio >= ASYMMETRY_RATIO {
-        return None;
+        return loss_asymmetry(upload, download);
     }
     let why = match diagnose_direction(slow).into_iter().nth(1) {
         Some(f) if f.id != "link-limited" => {
@@ -598,6 +598,44 @@ pub fn diagnose_asymmetry(upload: &DirectionResult, download: &DirectionResult) 
         .remedy(Remedy::new(format!(
             "Look for a fault that hits only {} traffic: a duplex mismatch (check `ethtool IFACE` speed/duplex on both ends of each link), a policer or shaper in that direction, or a lossy link",
             slow.direction.label()
+        ))),
+    )
+}
+
+/// Loss share in one direction that, with ten times less the other way, is worth reporting even
+/// when the rates are alike (a model-based congestion control such as BBR hides the rate loss).
+pub const LOSS_ASYMMETRY: f64 = 5e-3;
+
+fn loss_asymmetry(upload: &DirectionResult, download: &DirectionResult) -> Option<Finding> {
+    let (lossy, clean) = if upload.loss_share() >= download.loss_share() {
+        (upload, download)
+    } else {
+        (download, upload)
+    };
+    if lossy.loss_share() < LOSS_ASYMMETRY || clean.loss_share() * 10.0 > lossy.loss_share() {
+        return None;
+    }
+    Some(
+        Finding::new(CHECK, "loss-asymmetry", Status::Warn, format!(
+            "{} loses {:.2} % of its segments, {} only {:.3} %",
+            lossy.direction.short(),
+            lossy.loss_share() * 100.0,
+            clean.direction.short(),
+            clean.loss_share() * 100.0
+        ))
+        .summary(format!(
+            "Packets are lost in the {} direction only. The rates are similar ({} vs {}) because {} tolerates loss; a loss-based TCP (CUBIC, Reno) would crawl in that direction.",
+            lossy.direction.label(),
+            format_rate(lossy.goodput_bps),
+            format_rate(clean.goodput_bps),
+            if lossy.sender.congestion_control.is_empty() { "the congestion control" } else { &lossy.sender.congestion_control }
+        ))
+        .requirement(format!("flagged when one direction loses ≥ {:.1} % and the other ten times less", LOSS_ASYMMETRY * 100.0))
+        .evidence(Evidence::new(format!("{} retransmitted share", lossy.direction.short()), Quantity::Percent(lossy.loss_share() * 100.0)))
+        .evidence(Evidence::new(format!("{} retransmitted share", clean.direction.short()), Quantity::Percent(clean.loss_share() * 100.0)))
+        .remedy(Remedy::new(format!(
+            "Look for a fault that hits only {} traffic: a duplex mismatch (`ethtool IFACE` speed/duplex on both ends of each link), a policer, or a lossy link",
+            lossy.direction.label()
         ))),
     )
 }
@@ -939,6 +977,13 @@ mod tests {
         assert!(f.title.starts_with("upload is 31 %"), "{}", f.title);
         assert!(f.summary.contains("packet loss"), "{}", f.summary);
         assert!(diagnose_asymmetry(&direction(60e6), &down).is_none());
+        // Same rate, loss one way only (BBR hides it in the rate).
+        let mut up = direction(90e6);
+        up.direction = Direction::Upload;
+        up.sender.bytes_retrans = 15_000_000;
+        let f = diagnose_asymmetry(&up, &direction(93e6)).unwrap();
+        assert_eq!(f.id, "loss-asymmetry");
+        assert!(f.title.starts_with("upload loses 1.50 %"), "{}", f.title);
     }
 
     #[test]
