@@ -29,6 +29,8 @@ enum Command {
     Server(cmd::server::ServerArgs),
     /// Diagnose the path to a pathdoc server: MTU, throughput, idle timeouts.
     Check(cmd::check::CheckArgs),
+    /// Measure TCP throughput to a pathdoc server and name what limits it.
+    Speed(cmd::speed::SpeedArgs),
 }
 
 /// Options every command shares, handed down to the command modules.
@@ -47,6 +49,7 @@ fn main() {
         Command::Lab(args) => cmd::lab::run(args, global),
         Command::Server(args) => cmd::server::run(args, global),
         Command::Check(args) => cmd::check::run(args, global),
+        Command::Speed(args) => cmd::speed::run(args, global),
     };
     match result {
         Ok(code) => std::process::exit(code),

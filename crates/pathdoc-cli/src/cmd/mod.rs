@@ -7,3 +7,4 @@ pub mod check;
 pub mod check_idle;
 pub mod check_mtu;
 pub mod check_speed;
+pub mod speed;

@@ -52,7 +52,7 @@ impl ServerArgs {
 
 /// The services this binary serves; each check crate contributes one.
 fn services() -> Vec<Arc<dyn Service>> {
-    vec![Arc::new(pathdoc_idle::IdleService::new()), pathdoc_mtu::MtuService::new()]
+    vec![Arc::new(pathdoc_idle::IdleService::new()), pathdoc_mtu::MtuService::new(), Arc::new(pathdoc_speed::SpeedService::new())]
 }
 
 pub fn run(args: ServerArgs, _global: Global) -> anyhow::Result<i32> {
