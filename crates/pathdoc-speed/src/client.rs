@@ -474,7 +474,21 @@ fn direction_result(
     let last = senders.last()?;
     let delta = |f: fn(&StreamSample) -> u64| sum(last, d, f).saturating_sub(sum(first, d, f));
     let duration = last.t - first.t;
-    let payload = delta(|x| x.info.bytes_acked);
+    // Acknowledged payload per stream, capped at what the application wrote: after the sender's
+    // shutdown the peer's ACK of our FIN counts one extra sequence number in tcpi_bytes_acked.
+    let payload: u64 = streams_of(last, d)
+        .map(|x| {
+            let before = streams_of(first, d).find(|y| y.tag == x.tag);
+            let acked = x
+                .info
+                .bytes_acked
+                .saturating_sub(before.map_or(0, |y| y.info.bytes_acked));
+            let written = x
+                .app_bytes
+                .saturating_sub(before.map_or(0, |y| y.app_bytes));
+            acked.min(written)
+        })
+        .sum();
     let goodput = if duration > 0.0 {
         payload as f64 * 8.0 / duration
     } else {

@@ -66,3 +66,65 @@ pub async fn run(
     )
     .await
 }
+
+/// `pathdoc lab demo` step: run the throughput check over the scenario and show its verdicts.
+pub fn demo_check(
+    lab: &pathdoc_lab::Lab,
+    say: pathdoc_lab::demo::Say,
+) -> Result<(), pathdoc_lab::LabError> {
+    use pathdoc_lab::LabError;
+    let exe = std::env::current_exe()
+        .map_err(|e| LabError::Measurement(format!("cannot find the pathdoc binary: {e}")))?;
+    let port = pathdoc_proto::DEFAULT_PORT;
+    let mut server = lab.command("server", &exe);
+    server
+        .args(["server", "--listen", &format!("0.0.0.0:{port}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let _server = lab.spawn("server", server)?;
+    let addr = std::net::SocketAddr::new(lab.addr("server"), port);
+    let ns = lab.netns("client").to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while pathdoc_sys::netns::run_in_netns(&ns, || {
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300))
+    })
+    .map_err(|e| LabError::Measurement(e.to_string()))?
+    .is_err()
+    {
+        if std::time::Instant::now() > deadline {
+            return Err(LabError::Measurement(format!(
+                "pathdoc server did not come up at {addr}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut check = lab.command("client", &exe);
+    check.args([
+        "check",
+        &addr.to_string(),
+        "--throughput",
+        "--throughput-time",
+        "4s",
+        "--json",
+    ]);
+    let done = pathdoc_lab::exec::run_unchecked(&mut check, None, Duration::from_secs(60))?;
+    let report: Report = serde_json::from_str(&done.stdout).map_err(|e| {
+        LabError::Measurement(format!(
+            "pathdoc check --throughput printed no report ({e}): {}",
+            done.stderr.trim()
+        ))
+    })?;
+    say(format!("pathdoc check {addr} --throughput:"));
+    for f in &report.findings {
+        say(format!("  [{}] {}", f.status, f.title));
+        if f.status >= pathdoc_core::Status::Warn {
+            if let Some(r) = f.remedies.first() {
+                say(format!(
+                    "      fix: {}",
+                    r.command.as_deref().unwrap_or(&r.description)
+                ));
+            }
+        }
+    }
+    Ok(())
+}

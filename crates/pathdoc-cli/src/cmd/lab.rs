@@ -357,6 +357,7 @@ static DEMO_LAB: Mutex<Option<(String, String)>> = Mutex::new(None);
 fn extra_checks(scenario: &str) -> Vec<demo::DemoCheck> {
     match scenario {
         "pmtu-blackhole" => vec![super::check_mtu::demo_check],
+        "window-limited" | "lossy-long-fat" => vec![super::check_speed::demo_check],
         _ => Vec::new(),
     }
 }

@@ -1,0 +1,159 @@
+//! `pathdoc speed` on loopback (no lab needed): byte mode is exact, bidirectional and parallel
+//! runs report both directions with intervals, bad input and an absent server fail cleanly.
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const EXE: &str = env!("CARGO_BIN_EXE_pathdoc");
+
+struct Server(Child, SocketAddr);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn server() -> Server {
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let child = Command::new(EXE)
+        .args([
+            "server",
+            "--listen",
+            &addr.to_string(),
+            "--max-test-secs",
+            "3",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(Instant::now() < deadline, "server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Server(child, addr)
+}
+
+fn speed(args: &[&str]) -> (i32, String, String) {
+    let mut child = Command::new(EXE)
+        .arg("speed")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("pathdoc speed {args:?} hung");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (mut out, mut err) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (status.code().unwrap_or(-1), out, err)
+}
+
+fn dirs(report: &Value) -> &Vec<Value> {
+    report["data"]["throughput"]["runs"][0]["directions"]
+        .as_array()
+        .unwrap()
+}
+
+#[test]
+fn byte_mode_delivers_exactly_the_requested_payload() {
+    let s = server();
+    let (code, out, err) = speed(&[
+        &s.1.to_string(),
+        "--reverse",
+        "--bytes",
+        "64MiB",
+        "--streams",
+        "2",
+        "--json",
+    ]);
+    let report: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+    assert!(code == 0 || code == 1, "{code} {err}");
+    let d = &dirs(&report)[0];
+    assert_eq!(d["direction"], "download");
+    assert_eq!(d["payload_bytes"].as_u64().unwrap(), 64 << 20);
+    assert_eq!(d["streams"], 2);
+}
+
+#[test]
+fn bidirectional_run_reports_both_directions_with_intervals_and_capped_duration() {
+    let s = server();
+    // Asks for 10 s; the server caps tests at 3 s.
+    let (_, out, err) = speed(&[
+        &s.1.to_string(),
+        "--bidir",
+        "--time",
+        "10s",
+        "--interval",
+        "500ms",
+        "--json",
+    ]);
+    let report: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+    let d = dirs(&report);
+    assert_eq!(d.len(), 2);
+    for x in d {
+        let secs = x["duration_s"].as_f64().unwrap();
+        assert!((2.5..3.6).contains(&secs), "{secs}");
+        assert!(x["goodput_bps"].as_f64().unwrap() > 1e8, "{x}");
+        assert!(x["intervals"].as_array().unwrap().len() >= 5);
+        assert!(x["wire"]["ip_bps"].as_f64().unwrap() >= x["goodput_bps"].as_f64().unwrap());
+    }
+    let units: Vec<&str> = report["findings"][0]["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["value"]["unit"].as_str().unwrap())
+        .collect();
+    assert!(
+        units.contains(&"bit/s goodput") && units.contains(&"bit/s wire"),
+        "{units:?}"
+    );
+}
+
+#[test]
+fn bad_input_and_absent_server_fail_with_exit_2() {
+    let s = server();
+    let (code, _, err) = speed(&[&s.1.to_string(), "--streams", "99"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = speed(&[&s.1.to_string(), "--time", "1s", "--cc", "warp-drive"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("warp-drive"), "{err}");
+    let (code, _, err) = speed(&[&format!("127.0.0.1:{}", free_port()), "--time", "1s"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot reach"), "{err}");
+}
