@@ -19,7 +19,9 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::culprit::{self, Split};
 use crate::duration::{ms, to_ms};
+use crate::hops::{self, PathHops};
 use crate::proto::{
     ControlReply, ControlRequest, ProbeMessage, ProbeRequest, ServerProbeRecord, ServerSawEnd,
 };
@@ -43,6 +45,10 @@ pub struct IdleConfig {
     pub keepalive: bool,
     /// Fixed grace for a probe to arrive; default from the measured round-trip time.
     pub grace: Option<Duration>,
+    /// Search for the hop that forgets first (TTL-limited keepalives on extra probe groups).
+    pub culprit: bool,
+    /// Most path splits the culprit search tests (two probe groups each).
+    pub culprit_splits: usize,
 }
 
 impl IdleConfig {
@@ -56,6 +62,8 @@ impl IdleConfig {
             client_initiated: true,
             keepalive: true,
             grace: None,
+            culprit: true,
+            culprit_splits: 3,
         }
     }
 
@@ -251,6 +259,21 @@ pub enum Mode {
     ServerInitiated,
     ClientInitiated,
     Keepalive,
+    /// Server-initiated probes whose hops `1..=split` are kept warm by client keepalives with
+    /// TTL `split`: they measure the hops after the split.
+    NearWarm,
+    /// Server-initiated probes whose hops after the split are kept warm by server keepalives
+    /// with TTL `routers − split`: they measure hops `1..=split`.
+    FarWarm,
+}
+
+impl Mode {
+    fn server_fired(self) -> bool {
+        matches!(self, Mode::ServerInitiated | Mode::NearWarm | Mode::FarWarm)
+    }
+    fn warm(self) -> bool {
+        matches!(self, Mode::NearWarm | Mode::FarWarm)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -380,6 +403,10 @@ struct ProbeState {
     ended: Option<(ClientSawEnd, Duration)>,
     pending: Option<Pending>,
     opening: bool,
+    /// Keep-warm settings must be (re)applied: after opening and after surviving a test.
+    needs_warm: bool,
+    /// The socket's TTL before keep-warm lowered it.
+    default_ttl: Option<u32>,
 }
 
 struct Group {
@@ -388,9 +415,20 @@ struct Group {
     probes: Vec<ProbeState>,
     rows: Vec<TestRow>,
     lost_to_outage: u32,
+    /// Culprit groups: the hop after which the path is split, and the keepalive TTL.
+    split: usize,
+    warm_ttl: u8,
 }
 
 impl Group {
+    fn warm(mode: Mode, plan: LadderPlan, split: usize, warm_ttl: u8) -> Self {
+        Group {
+            split,
+            warm_ttl,
+            ..Group::new(mode, plan)
+        }
+    }
+
     fn new(mode: Mode, plan: LadderPlan) -> Self {
         let ladder = Ladder::new(plan);
         let probes = (0..ladder.slots.len())
@@ -401,6 +439,8 @@ impl Group {
                 ended: None,
                 pending: None,
                 opening: false,
+                needs_warm: false,
+                default_ttl: None,
             })
             .collect();
         Group {
@@ -409,8 +449,38 @@ impl Group {
             probes,
             rows: Vec::new(),
             lost_to_outage: 0,
+            split: 0,
+            warm_ttl: 0,
         }
     }
+}
+
+/// Lower the TTL of a probe connection's socket and start keepalives that never give up
+/// (TCP_USER_TIMEOUT `hold` makes the kernel ignore TCP_KEEPCNT), so only hops `1..=ttl`
+/// see them. Returns the TTL to restore.
+fn warm_near(
+    writer: &OwnedWriteHalf,
+    ttl: u8,
+    interval: Duration,
+    hold: Duration,
+) -> std::io::Result<u32> {
+    let sock = socket2::SockRef::from(writer.as_ref());
+    let default_ttl = sock.ttl()?;
+    let ka = socket2::TcpKeepalive::new()
+        .with_time(interval)
+        .with_interval(interval);
+    sock.set_tcp_user_timeout(Some(hold))?;
+    sock.set_ttl(u32::from(ttl))?;
+    sock.set_tcp_keepalive(&ka)?;
+    Ok(default_ttl)
+}
+
+/// Undo [`warm_near`] before the server's probe: no more keepalives (one sent at full TTL
+/// would refresh the whole path), and the client's ACKs reach the server again.
+fn cool_near(writer: &OwnedWriteHalf, default_ttl: u32) {
+    let sock = socket2::SockRef::from(writer.as_ref());
+    let _ = sock.set_keepalive(false);
+    let _ = sock.set_ttl(default_ttl);
 }
 
 fn overlaps_outage(
@@ -484,17 +554,45 @@ pub async fn run(cfg: &IdleConfig, progress: &dyn Progress) -> Result<IdleResult
         ctl_rx,
     ));
 
-    // Ladders share the connection budget; keepalive probes take two.
+    // Culprit search: how many routers, which splits to test.
+    let mut path: Option<PathHops> = None;
+    let mut path_note = None;
+    if cfg.culprit {
+        let wait = (rtt * 4 + Duration::from_millis(300))
+            .clamp(Duration::from_millis(500), Duration::from_secs(3));
+        match hops::discover(cfg.server, welcome.session, wait).await {
+            Ok(Some(p)) => path = Some(p),
+            Ok(None) => {
+                path_note = Some(
+                    "hop discovery got no answer from the server's UDP port (blocked?)".to_string(),
+                )
+            }
+            Err(e) => path_note = Some(format!("hop discovery failed: {e}")),
+        }
+    }
+    if let Some(note) = &path_note {
+        progress.note(&format!("idle: {note}; skipping the culprit-hop search"));
+    }
+    let splits = path
+        .as_ref()
+        .map(|p| culprit::splits_for(p.routers, cfg.culprit_splits))
+        .unwrap_or_default();
+
+    // Ladders share the connection budget; keepalive probes take two; culprit groups get
+    // 40 % of it at a coarser resolution if needed.
     let mut modes = vec![Mode::ServerInitiated];
     if cfg.client_initiated {
         modes.push(Mode::ClientInitiated);
     }
     let keepalive_count = if cfg.keepalive { 2 } else { 0 };
-    let budget = cfg
-        .max_probes
-        .saturating_sub(keepalive_count)
-        .max(modes.len() * 4)
-        / modes.len();
+    let total = cfg.max_probes.saturating_sub(keepalive_count);
+    let culprit_groups = splits.len() * 2;
+    let (main_total, culprit_total) = if culprit_groups > 0 {
+        (total * 3 / 5, total - total * 3 / 5)
+    } else {
+        (total, 0)
+    };
+    let budget = main_total.max(modes.len() * 4) / modes.len();
     let mut groups: Vec<Group> = modes
         .iter()
         .map(|&m| {
@@ -504,6 +602,35 @@ pub async fn run(cfg: &IdleConfig, progress: &dyn Progress) -> Result<IdleResult
             )
         })
         .collect();
+    let warm_interval = Duration::from_secs(cfg.resolution.as_secs().clamp(1, 60));
+    let warm_hold = cfg.horizon * 2 + Duration::from_secs(120);
+    if let (Some(p), true) = (&path, culprit_groups > 0) {
+        let b = (culprit_total / culprit_groups).max(6);
+        // Fewest connections a ladder needs is about 2·√(H/r): coarsen r until it fits.
+        let min_r = cfg.horizon.as_secs_f64() * 4.0 / (b * b) as f64;
+        let steps = (min_r / cfg.resolution.as_secs_f64()).ceil().max(1.0) as u32;
+        let r = cfg.resolution * steps;
+        for &h in &splits {
+            let plan = plan_ladder(cfg.horizon, r, b, Some(RFC5382_FLOOR));
+            groups.push(Group::warm(Mode::NearWarm, plan.clone(), h, h as u8));
+            groups.push(Group::warm(Mode::FarWarm, plan, h, (p.routers - h) as u8));
+        }
+    }
+    if let Some(p) = &path {
+        let addrs: Vec<String> = p
+            .addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("{}:{}", i + 1, a.map_or("*".to_string(), |a| a.to_string())))
+            .collect();
+        progress.note(&format!(
+            "idle: {} router(s) to the server ({}); culprit search splits the path after hop(s) {:?}, keepalives every {}",
+            p.routers,
+            addrs.join(" "),
+            splits,
+            pathdoc_core::units::format_duration(warm_interval),
+        ));
+    }
     let plan = groups[0].ladder.plan.clone();
     progress.note(&format!(
         "idle: testing idle times up to {} at {} resolution with {} connections per probe mode (coarse every {}), grace {}",
@@ -549,6 +676,7 @@ pub async fn run(cfg: &IdleConfig, progress: &dyn Progress) -> Result<IdleResult
                 ProbeEvent::Opened { writer, observed } => {
                     p.writer = Some(writer);
                     p.observed = Some(observed);
+                    p.needs_warm = g.mode.warm();
                     g.ladder.opened(ev.slot, ev.at);
                 }
                 ProbeEvent::OpenFailed(e) => {
@@ -574,6 +702,50 @@ pub async fn run(cfg: &IdleConfig, progress: &dyn Progress) -> Result<IdleResult
                     if matches!(g.ladder.slots[i].state, SlotState::Idle) {
                         g.ladder.lost_slot(i);
                     }
+                }
+            }
+        }
+        // Keep culprit groups warm: client-side TTL-limited keepalives now, server-side ones
+        // with one request per TTL.
+        let mut far: HashMap<u8, Vec<(usize, usize)>> = HashMap::new();
+        for (gi, g) in groups.iter_mut().enumerate() {
+            if !g.mode.warm() {
+                continue;
+            }
+            for i in 0..g.probes.len() {
+                if !g.probes[i].needs_warm || g.ladder.slots[i].state != SlotState::Idle {
+                    continue;
+                }
+                g.probes[i].needs_warm = false;
+                if g.mode == Mode::FarWarm {
+                    far.entry(g.warm_ttl).or_default().push((gi, i));
+                    continue;
+                }
+                let r = match g.probes[i].writer.as_ref() {
+                    Some(w) => warm_near(w, g.warm_ttl, warm_interval, warm_hold),
+                    None => Err(std::io::Error::other("no socket")),
+                };
+                match r {
+                    Ok(ttl) => {
+                        g.probes[i].default_ttl.get_or_insert(ttl);
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "keep-warm setup failed");
+                        g.ladder.lost_slot(i);
+                    }
+                }
+            }
+        }
+        for (ttl, list) in far {
+            let tags = list.iter().map(|&(g, i)| tag_of(g, i)).collect();
+            let req = ControlRequest::KeepWarm {
+                tags,
+                ttl,
+                interval_ms: to_ms(warm_interval),
+            };
+            if !matches!(request(&ctl_tx, req).await, Ok(ControlReply::Ok)) {
+                for (gi, i) in list {
+                    groups[gi].ladder.lost_slot(i);
                 }
             }
         }
@@ -649,6 +821,9 @@ pub async fn run(cfg: &IdleConfig, progress: &dyn Progress) -> Result<IdleResult
                 };
                 if g.mode != Mode::Keepalive {
                     g.ladder.record(i, result, now);
+                    // A survivor is reused as a fresh connection: warm it again.
+                    g.probes[i].needs_warm =
+                        g.mode.warm() && matches!(result, TestResult::Alive { .. });
                 } else {
                     g.ladder.slots[i].state = SlotState::Gone;
                 }
@@ -658,7 +833,7 @@ pub async fn run(cfg: &IdleConfig, progress: &dyn Progress) -> Result<IdleResult
                     fired_s: pend.fired.as_secs_f64(),
                     idle_s: pend.idle.as_secs_f64(),
                     outcome,
-                    observed: p.observed,
+                    observed: g.probes[i].observed,
                     death,
                     server_saw: None,
                 });
@@ -670,7 +845,14 @@ pub async fn run(cfg: &IdleConfig, progress: &dyn Progress) -> Result<IdleResult
         for (gi, g) in groups.iter_mut().enumerate() {
             for i in g.ladder.due(now) {
                 match g.mode {
-                    Mode::ServerInitiated => fire_tags.push((gi, i)),
+                    m if m.server_fired() => {
+                        if m == Mode::NearWarm {
+                            if let Some(w) = g.probes[i].writer.as_ref() {
+                                cool_near(w, g.probes[i].default_ttl.unwrap_or(64));
+                            }
+                        }
+                        fire_tags.push((gi, i))
+                    }
                     _ => {
                         nonce += 1;
                         let idle =
@@ -859,7 +1041,35 @@ pub async fn run(cfg: &IdleConfig, progress: &dyn Progress) -> Result<IdleResult
             dead,
         }
     });
-    let findings = verdict::tcp_findings(&server_outcome, client_outcome.as_ref(), keepalive, &run);
+    let mut findings =
+        verdict::tcp_findings(&server_outcome, client_outcome.as_ref(), keepalive, &run);
+    let split_outcomes: Vec<Split> = splits
+        .iter()
+        .map(|&h| {
+            let find = |m: Mode| {
+                groups
+                    .iter()
+                    .find(|g| g.mode == m && g.split == h)
+                    .map(outcome)
+            };
+            Split {
+                hop: h,
+                near: find(Mode::FarWarm),
+                far: find(Mode::NearWarm),
+            }
+        })
+        .collect();
+    let analysis = path
+        .as_ref()
+        .map(|p| culprit::infer(&server_outcome, &split_outcomes, p.routers));
+    if server_outcome.upper.is_some() && cfg.culprit {
+        findings.push(verdict::culprit_finding(
+            &server_outcome,
+            analysis.as_ref(),
+            path.as_ref(),
+            path_note.as_deref(),
+        ));
+    }
     let early_stop = finished_at.is_some_and(|t| t + cfg.resolution < cfg.horizon);
     let data = serde_json::json!({
         "session": session.to_string(),
@@ -871,8 +1081,13 @@ pub async fn run(cfg: &IdleConfig, progress: &dyn Progress) -> Result<IdleResult
         "early_stop": early_stop,
         "plan": plan,
         "outages": h.outages.iter().map(|(s, e, c)| Outage { start_s: s.as_secs_f64(), end_s: e.map(|e| e.as_secs_f64()), cause: c.clone() }).collect::<Vec<_>>(),
+        "path": path,
+        "culprit": analysis,
+        "splits": split_outcomes,
         "ladders": groups.iter().map(|g| serde_json::json!({
             "mode": g.mode,
+            "split": (g.split > 0).then_some(g.split),
+            "warm_ttl": (g.split > 0).then_some(g.warm_ttl),
             "outcome": outcome(g),
             "connections": g.ladder.slots.len(),
         })).collect::<Vec<_>>(),

@@ -3,11 +3,14 @@
 //! RFC 4787 REQ-5, how does the connection die, and what keepalive fixes it.
 //!
 //! Modules: [`schedule`] (which idle times to test with how many connections; pure),
-//! [`verdict`] (findings from outcomes; pure), [`proto`] (messages), [`server`] (the
-//! `pathdoc server` side), [`client`] (the `pathdoc check --idle` side), [`duration`] (parsing).
+//! [`verdict`] (findings from outcomes; pure), [`culprit`] (which hop forgets first; pure),
+//! [`hops`] (TTL hop discovery), [`proto`] (messages), [`server`] (the `pathdoc server` side),
+//! [`client`] (the `pathdoc check --idle` side), [`duration`] (parsing).
 
 pub mod client;
+pub mod culprit;
 pub mod duration;
+pub mod hops;
 pub mod proto;
 pub mod schedule;
 pub mod server;

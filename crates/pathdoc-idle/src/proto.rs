@@ -18,6 +18,9 @@ pub mod udp_kind {
     pub const PROBE: u16 = 2;
     /// Inbound-only refresh traffic (server → client), to see whether it keeps a binding alive.
     pub const REFRESH: u16 = 3;
+    /// Hop discovery: the client sends these with growing TTLs; the server echoes the payload
+    /// (same size, nothing registered) so the client learns at which TTL the server is reached.
+    pub const TRACE: u16 = 4;
 }
 
 /// Client → server on the control connection.
@@ -41,6 +44,14 @@ pub enum ControlRequest {
     /// otherwise (RFC 4787 REQ-6: does inbound traffic refresh a binding?).
     UdpRefresh {
         tags: Vec<u32>,
+        interval_ms: u64,
+    },
+    /// Keep these probe connections warm from the server's side: TCP keepalives every
+    /// `interval_ms` sent with IP TTL `ttl`, so only the `ttl` hops nearest the server see them
+    /// (culprit-hop search). The next [`ControlRequest::Fire`] on a connection stops this first.
+    KeepWarm {
+        tags: Vec<u32>,
+        ttl: u8,
         interval_ms: u64,
     },
     /// The server's view of every probe with a tag above `after`, a page at a time.

@@ -51,9 +51,21 @@ struct IdleState {
 struct ProbeEntry {
     record: ServerProbeRecord,
     last_activity: Instant,
-    /// Fire requests for a TCP probe's task; `None` for UDP bindings or ended connections.
-    fire: Option<mpsc::Sender<(u64, u64)>>,
+    /// Commands for a TCP probe's task; `None` for UDP bindings or ended connections.
+    fire: Option<mpsc::Sender<ProbeCmd>>,
 }
+
+/// What the control connection asks of one probe connection's task.
+#[derive(Debug, Clone, Copy)]
+enum ProbeCmd {
+    /// Write the probe now (`nonce`, idle time in ms).
+    Fire(u64, u64),
+    /// Send TTL-limited keepalives until the next fire.
+    KeepWarm { ttl: u8, interval: Duration },
+}
+
+/// Shortest keepalive interval a client may ask for (kernel granularity is 1 s anyway).
+const MIN_KEEP_WARM: Duration = Duration::from_secs(1);
 
 /// A tiny abort-on-drop handle for the refresh task.
 mod tokio_util_like {
@@ -107,6 +119,11 @@ impl Service for IdleService {
                 ControlRequest::FireUdp { tags, nonce } => ControlReply::Fired {
                     fired: fire_udp(&session, &state, &tags, nonce).await,
                 },
+                ControlRequest::KeepWarm {
+                    tags,
+                    ttl,
+                    interval_ms,
+                } => keep_warm(&state, &tags, ttl, interval_ms),
                 ControlRequest::UdpRefresh { tags, interval_ms } => {
                     start_refresh(&session, &state, tags, interval_ms)
                 }
@@ -143,7 +160,7 @@ impl Service for IdleService {
     ) -> Result<(), ServiceError> {
         let state = session.state::<IdleState>();
         let observed = conn.peer();
-        let (fire_tx, mut fire_rx) = mpsc::channel::<(u64, u64)>(4);
+        let (fire_tx, mut fire_rx) = mpsc::channel::<ProbeCmd>(4);
         {
             let mut probes = lock(&state.probes);
             if probes.len() >= MAX_PROBES_PER_SESSION && !probes.contains_key(&tag) {
@@ -177,7 +194,10 @@ impl Service for IdleService {
             );
         }
         let stream = conn.into_inner();
+        let default_ttl = socket2::SockRef::from(&stream).ttl().unwrap_or(64);
+        let deadline = session.deadline;
         let (mut rd, mut wr) = stream.into_split();
+        let mut warm = false;
         let (ev_tx, mut ev_rx) = mpsc::channel::<Result<ProbeRequest, ProtoError>>(2);
         let reader = tokio::spawn(async move {
             loop {
@@ -192,9 +212,31 @@ impl Service for IdleService {
         let end = loop {
             tokio::select! {
                 fire = fire_rx.recv() => match fire {
-                    Some((nonce, idle_ms)) => {
+                    Some(ProbeCmd::KeepWarm { ttl, interval }) => {
+                        let sock = socket2::SockRef::from(wr.as_ref());
+                        let ka = socket2::TcpKeepalive::new().with_time(interval).with_interval(interval);
+                        // Unanswered keepalives must not end the connection: with a user
+                        // timeout set the kernel ignores TCP_KEEPCNT and waits this long.
+                        let hold = deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(60);
+                        let r = sock.set_ttl(u32::from(ttl))
+                            .and_then(|_| sock.set_tcp_user_timeout(Some(hold)))
+                            .and_then(|_| sock.set_tcp_keepalive(&ka));
+                        if let Err(e) = r {
+                            break ServerSawEnd::Error(format!("keep-warm setup: {e}"));
+                        }
+                        warm = true;
+                    }
+                    Some(ProbeCmd::Fire(nonce, idle_ms)) => {
+                        let sock = socket2::SockRef::from(wr.as_ref());
+                        if warm {
+                            // Stop the TTL-limited keepalives and let the probe and its ACKs
+                            // travel the whole path.
+                            let _ = sock.set_keepalive(false);
+                            let _ = sock.set_ttl(default_ttl);
+                            warm = false;
+                        }
                         // Bound how long an unacknowledged probe is retransmitted.
-                        let _ = socket2::SockRef::from(wr.as_ref()).set_tcp_user_timeout(Some(PROBE_USER_TIMEOUT));
+                        let _ = sock.set_tcp_user_timeout(Some(PROBE_USER_TIMEOUT));
                         let msg = ProbeMessage::Probe { nonce, observed, idle_ms };
                         if let Err(e) = pathdoc_proto::write_frame(&mut wr, &msg).await {
                             break classify(&e);
@@ -244,6 +286,16 @@ impl Service for IdleService {
         from: SocketAddr,
     ) -> Option<Vec<u8>> {
         let msg = UdpPayload::decode(payload)?;
+        if kind == udp_kind::TRACE {
+            // Echo so the client learns the hop count; nothing is stored.
+            let reply = UdpPayload {
+                tag: msg.tag,
+                nonce: msg.nonce,
+                observed: None,
+            }
+            .encode(0);
+            return (reply.len() <= payload.len()).then_some(reply);
+        }
         let state = session.state::<IdleState>();
         let now = Instant::now();
         let mut probes = lock(&state.probes);
@@ -305,6 +357,34 @@ fn classify(e: &ProtoError) -> ServerSawEnd {
     }
 }
 
+fn keep_warm(state: &IdleState, tags: &[u32], ttl: u8, interval_ms: u64) -> ControlReply {
+    let interval = Duration::from_millis(interval_ms);
+    if interval < MIN_KEEP_WARM || ttl == 0 {
+        return ControlReply::Error {
+            message: format!(
+                "keep-warm needs an interval of at least {} ms and a TTL of at least 1",
+                MIN_KEEP_WARM.as_millis()
+            ),
+        };
+    }
+    let probes = lock(&state.probes);
+    let mut missing = 0;
+    for tag in tags.iter().take(MAX_PROBES_PER_SESSION) {
+        let sent = probes
+            .get(tag)
+            .and_then(|p| p.fire.as_ref())
+            .is_some_and(|tx| tx.try_send(ProbeCmd::KeepWarm { ttl, interval }).is_ok());
+        missing += usize::from(!sent);
+    }
+    if missing == 0 {
+        ControlReply::Ok
+    } else {
+        ControlReply::Error {
+            message: format!("{missing} of {} probe connections not found", tags.len()),
+        }
+    }
+}
+
 fn fire_tcp(session: &Session, state: &IdleState, tags: &[u32], nonce: u64) -> Vec<Fired> {
     let now = Instant::now();
     let mut probes = lock(&state.probes);
@@ -316,7 +396,7 @@ fn fire_tcp(session: &Session, state: &IdleState, tags: &[u32], nonce: u64) -> V
                 let sent = p
                     .fire
                     .as_ref()
-                    .is_some_and(|tx| tx.try_send((nonce, idle)).is_ok());
+                    .is_some_and(|tx| tx.try_send(ProbeCmd::Fire(nonce, idle)).is_ok());
                 if sent {
                     p.last_activity = now;
                     p.record.fired_ms = Some(since(session, now));

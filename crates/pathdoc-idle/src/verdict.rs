@@ -1,12 +1,15 @@
 //! Turning ladder outcomes into findings: PASS/FAIL per RFC requirement, the evidence, and the
 //! fix. Pure functions; the client fills the inputs from what its probes saw.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use pathdoc_core::units::format_duration;
 use pathdoc_core::{Evidence, Finding, Quantity, Remedy, Status};
 use serde::Serialize;
 
+use crate::culprit::{CulpritAnalysis, Location, Segment};
+use crate::hops::PathHops;
 use crate::schedule::{RFC4787_FLOOR, RFC4787_RECOMMENDED, RFC5382_FLOOR};
 
 const CHECK: &str = "idle";
@@ -282,6 +285,202 @@ pub fn tcp_findings(
     out
 }
 
+/// What kind of box an address suggests (the address a router answers TTL-expired probes
+/// from is usually its inside one).
+fn box_words(addr: Option<IpAddr>, hop: usize) -> String {
+    match addr {
+        Some(IpAddr::V4(v4)) if v4.is_private() => {
+            if hop == 1 {
+                format!("your own router/modem (hop {hop}, {v4})")
+            } else {
+                format!("a router inside your network (hop {hop}, {v4})")
+            }
+        }
+        Some(IpAddr::V4(v4)) if (v4.octets()[0] == 100 && (v4.octets()[1] & 0xc0) == 64) => {
+            format!(
+                "the carrier's CGN (hop {hop}, {v4}; 100.64.0.0/10 is RFC 6598 carrier-NAT space)"
+            )
+        }
+        Some(a) => format!("the box at hop {hop} ({a})"),
+        None => format!("the box at hop {hop} (it does not answer TTL-expired probes)"),
+    }
+}
+
+fn segment_words(seg: &Segment) -> String {
+    let hops = if seg.first_hop == seg.last_hop {
+        format!("hop {}", seg.first_hop)
+    } else {
+        format!("hops {}–{}", seg.first_hop, seg.last_hop)
+    };
+    match (seg.lower, seg.upper) {
+        (l, Some(u)) => format!(
+            "{hops} {} after {} (between {} and {})",
+            if seg.first_hop == seg.last_hop {
+                "forgets"
+            } else {
+                "forget"
+            },
+            format_duration((l.unwrap_or_default() + u) / 2),
+            format_duration(l.unwrap_or_default()),
+            format_duration(u)
+        ),
+        (Some(l), None) => format!(
+            "{hops} {} state for ≥ {}",
+            if seg.first_hop == seg.last_hop {
+                "keeps"
+            } else {
+                "keep"
+            },
+            format_duration(l)
+        ),
+        (None, None) => format!("{hops}: not measured"),
+    }
+}
+
+/// `tcp-idle-culprit-hop`: which hop forgets first, from [`crate::culprit::infer`].
+pub fn culprit_finding(
+    t0: &LadderOutcome,
+    analysis: Option<&CulpritAnalysis>,
+    path: Option<&PathHops>,
+    why_not: Option<&str>,
+) -> Finding {
+    let id = "tcp-idle-culprit-hop";
+    let (est, pm) = t0.estimate().unwrap_or_default();
+    let timeout = format!("{} ± {}", format_duration(est), format_duration(pm));
+    let (Some(a), Some(path)) = (analysis, path) else {
+        return Finding::new(
+            CHECK,
+            id,
+            Status::Inconclusive,
+            "could not locate the hop that forgets",
+        )
+        .summary(format!(
+            "The culprit-hop search needs the hop count to the server: {}.",
+            why_not.unwrap_or("hop discovery did not run")
+        ));
+    };
+    let status = if t0.upper.is_some_and(|u| u <= RFC5382_FLOOR) {
+        Status::Fail
+    } else {
+        Status::Info
+    };
+    let segments = |a: &CulpritAnalysis| {
+        let mut text = String::new();
+        if let Some(s) = &a.before {
+            text.push_str(&format!(" Before it, {}.", segment_words(s)));
+        }
+        if let Some(s) = &a.after {
+            text.push_str(&format!(" After it, {}.", segment_words(s)));
+        }
+        text
+    };
+    let mut f = match &a.location {
+        Location::Hop(c) => {
+            let c = *c;
+            let who = box_words(path.addr(c), c);
+            let how = if path.routers == 1 {
+                "It is the only router on the path (or one of the endpoints' own firewalls)."
+                    .to_string()
+            } else {
+                format!(
+                    "Probe groups were kept warm by TTL-limited keepalives on parts of the path: those with hop {c} \
+                     left cold died after the same idle time as unrefreshed connections, those with hop {c} kept warm \
+                     lived longer."
+                )
+            };
+            let mut f = Finding::new(
+                CHECK,
+                id,
+                status,
+                format!("{who} forgets idle connections first, after {timeout}"),
+            )
+            .summary(format!("{how}{}", segments(a)))
+            .evidence(
+                Evidence::new("culprit hop", Quantity::Count(c as u64)).with_detail(
+                    path.addr(c)
+                        .map_or("no ICMP answer".to_string(), |a| a.to_string()),
+                ),
+            )
+            .evidence(
+                Evidence::new("its idle timeout", Quantity::duration(est))
+                    .with_detail(format!("± {}", format_duration(pm))),
+            );
+            if a.tie_after {
+                f = f.summary(format!(
+                    "Hop {c} forgets after {timeout}, and a box after it forgets after the same time (within the \
+                     resolution): both must be fixed.{}",
+                    segments(a)
+                ));
+            }
+            let own = matches!(path.addr(c), Some(IpAddr::V4(v4)) if v4.is_private());
+            let remedy = if own {
+                Remedy::new(format!(
+                    "Reconfigure {who}: raise its TCP established-connection timeout to at least 2 h 4 min \
+                     (RFC 5382 REQ-5); on a Linux-based router:"
+                ))
+                .with_command("sysctl -w net.netfilter.nf_conntrack_tcp_timeout_established=7440")
+            } else {
+                let ours = a
+                    .before
+                    .as_ref()
+                    .map(|s| format!("; your side of the path is not the problem ({})", segment_words(s)))
+                    .unwrap_or_default();
+                Remedy::new(format!(
+                    "Complain about {who}: it forgets idle connections after {timeout}{ours}. Ask your ISP to raise its \
+                     established timeout to at least 2 h 4 min (RFC 5382 REQ-5) or for a public address."
+                ))
+            };
+            f.remedy(remedy)
+        }
+        Location::Beyond(k) => Finding::new(
+            CHECK,
+            id,
+            status,
+            format!("the box that forgets after {timeout} is beyond hop {k}"),
+        )
+        .summary(format!(
+            "Keeping hops 1–{k} warm did not help, keeping everything after hop {k} warm did: the box is after \
+             hop {k} (the search tests splits after hops 1–{k} only).{}",
+            segments(a)
+        )),
+        Location::Undetermined => Finding::new(
+            CHECK,
+            id,
+            Status::Inconclusive,
+            "could not locate the hop that forgets",
+        )
+        .summary(
+            "The keep-warm probe groups did not give a consistent answer (too short a run, outages, or boxes \
+             that do not refresh state on keepalives).",
+        ),
+    };
+    f = f.evidence(Evidence::new(
+        "routers to the server",
+        Quantity::Count(path.routers as u64),
+    ));
+    for seg in a.before.iter().chain(a.after.iter()) {
+        let value = match seg.upper {
+            Some(u) => Quantity::duration((seg.lower.unwrap_or_default() + u) / 2),
+            None => Quantity::Text(format!(
+                "≥ {}",
+                format_duration(seg.lower.unwrap_or_default())
+            )),
+        };
+        f = f.evidence(Evidence::new(
+            if seg.first_hop == seg.last_hop {
+                format!("hop {}: idle timeout", seg.first_hop)
+            } else {
+                format!(
+                    "hops {}–{}: shortest idle timeout",
+                    seg.first_hop, seg.last_hop
+                )
+            },
+            value,
+        ));
+    }
+    f
+}
+
 /// What the keepalive-only probes showed at the end of the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct KeepaliveOutcome {
@@ -371,6 +570,8 @@ pub fn udp_findings(udp: &LadderOutcome, inbound_refresh: Option<(u32, u32)>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::culprit::{CulpritAnalysis, Location, Segment};
+    use crate::hops::PathHops;
 
     fn s(x: u64) -> Duration {
         Duration::from_secs(x)
@@ -463,6 +664,63 @@ mod tests {
         let f = tcp_findings(&l, None, None, &r);
         assert_eq!(f[0].status, Status::Inconclusive);
         assert!(f.iter().any(|f| f.id == "idle-outages"));
+    }
+
+    #[test]
+    fn culprit_finding_names_the_box_and_the_other_hop() {
+        let path = PathHops {
+            routers: 2,
+            addrs: vec![
+                Some("192.168.1.1".parse().unwrap()),
+                Some("100.64.1.1".parse().unwrap()),
+            ],
+        };
+        let t0 = ladder(Some(29), Some(30));
+        let a = CulpritAnalysis {
+            location: Location::Hop(2),
+            tie_after: false,
+            before: Some(Segment {
+                first_hop: 1,
+                last_hop: 1,
+                lower: Some(s(600)),
+                upper: None,
+            }),
+            after: None,
+        };
+        let f = culprit_finding(&t0, Some(&a), Some(&path), None);
+        assert_eq!(f.id, "tcp-idle-culprit-hop");
+        assert_eq!(f.status, Status::Fail);
+        assert!(
+            f.title.contains("carrier's CGN (hop 2, 100.64.1.1"),
+            "{}",
+            f.title
+        );
+        assert!(
+            f.remedies[0]
+                .description
+                .contains("keeps state for ≥ 10 min"),
+            "{:?}",
+            f.remedies
+        );
+        let a = CulpritAnalysis {
+            location: Location::Hop(1),
+            ..a
+        };
+        let f = culprit_finding(&t0, Some(&a), Some(&path), None);
+        assert!(
+            f.title
+                .contains("your own router/modem (hop 1, 192.168.1.1)"),
+            "{}",
+            f.title
+        );
+        assert!(f.remedies[0]
+            .command
+            .as_deref()
+            .unwrap_or("")
+            .contains("nf_conntrack_tcp_timeout_established"));
+        let f = culprit_finding(&t0, None, None, Some("UDP blocked"));
+        assert_eq!(f.status, Status::Inconclusive);
+        assert!(f.summary.contains("UDP blocked"));
     }
 
     #[test]

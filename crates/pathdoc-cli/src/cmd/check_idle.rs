@@ -30,6 +30,9 @@ pub struct IdleArgs {
     /// Skip the TCP-keepalive probes (do keepalives keep the state?).
     #[arg(long)]
     pub idle_no_keepalive: bool,
+    /// Skip the culprit-hop search (TTL-limited keepalives that find which hop forgets first).
+    #[arg(long)]
+    pub idle_no_culprit: bool,
 }
 
 pub async fn run(
@@ -45,6 +48,7 @@ pub async fn run(
     cfg.grace = args.idle_grace;
     cfg.client_initiated = !args.idle_no_client_probes;
     cfg.keepalive = !args.idle_no_keepalive;
+    cfg.culprit = !args.idle_no_culprit;
     let result = pathdoc_idle::run(&cfg, ctx.progress).await?;
     report.findings.extend(result.findings);
     report.data.insert("idle".to_string(), result.data);
