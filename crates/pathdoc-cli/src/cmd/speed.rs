@@ -96,7 +96,7 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         }
     };
     let bytes = value * factor;
-    if !(bytes >= 1.0 && bytes < 1e18) {
+    if !(1.0..1e18).contains(&bytes) {
         return Err(format!("size {s:?} out of range"));
     }
     Ok(bytes as u64)
