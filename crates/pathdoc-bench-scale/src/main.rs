@@ -14,6 +14,7 @@
 //! (framework-only reference server for the memory breakdown).
 
 mod child;
+mod lean_idle;
 mod load;
 mod null_server;
 mod procfs;
@@ -40,6 +41,15 @@ const TARGET_BYTES_PER_CONNECTION: f64 = 2048.0;
 const TARGET_P99: Duration = Duration::from_millis(100);
 /// Probe connections of the warm-up session (part of the baseline, not counted).
 const WARMUP_PROBES: u32 = 64;
+/// Descriptors each process keeps for everything but connections (stdio, epoll, listeners).
+const FD_MARGIN: u64 = 100;
+
+/// The load was cut to fit the descriptor limit.
+#[derive(Debug, Clone, Copy)]
+struct FdLimited {
+    limit: u64,
+    requested: u64,
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -82,18 +92,47 @@ struct Args {
     /// Internal: run the reference server on this address.
     #[arg(long, hide = true)]
     serve_reference: Option<SocketAddr>,
+    /// Internal: run the framework with the prototype lean idle service on this address.
+    #[arg(long, hide = true)]
+    serve_lean: Option<SocketAddr>,
+    /// Internal: run the bare server on this address.
+    #[arg(long, hide = true)]
+    serve_bare: Option<SocketAddr>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum ServerKind {
+    /// The real `pathdoc server`.
     Pathdoc,
+    /// pathdoc_server framework + a service that only holds connections.
     Reference,
+    /// One plain tokio task per connection that answers the handshake and holds it.
+    Bare,
+    /// pathdoc_server framework + a prototype of the proposed leaner idle probe path (fires).
+    Lean,
+}
+
+impl ServerKind {
+    fn describe(self) -> &'static str {
+        match self {
+            ServerKind::Pathdoc => "pathdoc server",
+            ServerKind::Reference => "reference server (framework + hold-only service)",
+            ServerKind::Bare => "bare tokio server (handshake + hold, no framework)",
+            ServerKind::Lean => "framework + prototype lean idle service (proposed fix)",
+        }
+    }
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Some(listen) = args.serve_reference {
-        return match null_server::run(listen) {
+    let internal = match (args.serve_reference, args.serve_lean, args.serve_bare) {
+        (Some(listen), _, _) => Some(null_server::run(listen, false)),
+        (None, Some(listen), _) => Some(null_server::run(listen, true)),
+        (None, None, Some(listen)) => Some(null_server::run_bare(listen)),
+        (None, None, None) => None,
+    };
+    if let Some(result) = internal {
+        return match result {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("reference server: {e:#}");
@@ -298,8 +337,32 @@ async fn run(args: Args) -> anyhow::Result<()> {
         args.fire_batch >= 1 && args.fire_interval_ms >= 1,
         "empty fire schedule"
     );
-    let sessions = args.sessions;
     let per_session = args.probes_per_session;
+    // Server and generator each hold one descriptor per connection; both live under this
+    // process's RLIMIT_NOFILE (the child inherits it). Without CAP_SYS_RESOURCE the hard limit
+    // cannot be raised: fit the load under it rather than fail, and say so in the report.
+    let fd_limit = fd_limit();
+    let fd_budget = fd_limit.saturating_sub(FD_MARGIN + u64::from(WARMUP_PROBES) + 1);
+    let fitting = (fd_budget / (u64::from(per_session) + 1)) as u32;
+    ensure!(
+        fitting >= 1,
+        "RLIMIT_NOFILE {fd_limit} leaves no room for one session of {per_session} probes"
+    );
+    let sessions = args.sessions.min(fitting);
+    let fd_limited = (sessions < args.sessions).then_some(FdLimited {
+        limit: fd_limit,
+        requested: u64::from(args.sessions) * u64::from(per_session),
+    });
+    if let Some(l) = &fd_limited {
+        eprintln!(
+            "idle-scale: WARNING: RLIMIT_NOFILE is {} and cannot be raised (no CAP_SYS_RESOURCE?): \
+             running {sessions} sessions instead of {} ({} probe connections instead of {})",
+            l.limit,
+            args.sessions,
+            u64::from(sessions) * u64::from(per_session),
+            l.requested
+        );
+    }
     let probes = u64::from(sessions) * u64::from(per_session);
     ensure!(
         probes < u64::from(u32::MAX - WARMUP_PROBES),
@@ -310,19 +373,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .map(|i| IpAddr::V4(Ipv4Addr::new(127, 0, 1, i as u8)))
         .collect();
 
-    let mut server = spawn_server(&args, connections)?;
+    let mut server = spawn_server(&args, sessions, connections)?;
     let pid = server.pid();
     let addr = server.addr;
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     eprintln!(
         "idle-scale: {} (pid {pid}) on {addr}; {cpus} CPUs; {sessions} sessions x {per_session} probes from {} source addresses",
-        match args.server {
-            ServerKind::Pathdoc => "pathdoc server",
-            ServerKind::Reference => "reference server (framework + hold-only service)",
-        },
+        args.server.describe(),
         sources.len()
     );
-    let firing = args.server == ServerKind::Pathdoc;
+    let firing = matches!(args.server, ServerKind::Pathdoc | ServerKind::Lean);
 
     let (arrival_tx, mut arrival_rx) = mpsc::unbounded_channel::<Arrival>();
     let sinks = Sinks {
@@ -408,6 +468,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         cpus,
         connections,
         probes,
+        sessions,
+        fd_limited,
         baseline,
         held,
         after_fire,
@@ -424,7 +486,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn spawn_server(args: &Args, connections: u64) -> anyhow::Result<ServerProcess> {
+fn spawn_server(args: &Args, sessions: u32, connections: u64) -> anyhow::Result<ServerProcess> {
     let sources = u64::from(args.source_ips);
     let cmd = match args.server {
         ServerKind::Pathdoc => {
@@ -447,13 +509,18 @@ fn spawn_server(args: &Args, connections: u64) -> anyhow::Result<ServerProcess> 
                 .arg("--max-connections")
                 .arg((connections + 10_000).to_string())
                 .arg("--max-sessions-per-ip")
-                .arg((u64::from(args.sessions).div_ceil(sources) + 1).to_string())
+                .arg((u64::from(sessions).div_ceil(sources) + 1).to_string())
                 .args(["--max-session-secs", "7200"]);
             cmd
         }
-        ServerKind::Reference => {
+        ServerKind::Reference | ServerKind::Bare | ServerKind::Lean => {
             let mut cmd = Command::new(std::env::current_exe().context("locating this program")?);
-            cmd.args(["--serve-reference", "127.0.0.1:0"]);
+            let flag = match args.server {
+                ServerKind::Bare => "--serve-bare",
+                ServerKind::Lean => "--serve-lean",
+                _ => "--serve-reference",
+            };
+            cmd.args([flag, "127.0.0.1:0"]);
             cmd
         }
     };
@@ -547,6 +614,8 @@ struct Report<'a> {
     cpus: usize,
     connections: u64,
     probes: u64,
+    sessions: u32,
+    fd_limited: Option<FdLimited>,
     baseline: Snapshot,
     held: Snapshot,
     after_fire: Option<Snapshot>,
@@ -582,20 +651,23 @@ fn print_report(r: &Report<'_>) {
             (s.memory.anonymous as f64 - r.baseline.memory.anonymous as f64) / n,
         )
     };
-    let kind = match r.args.server {
-        ServerKind::Pathdoc => "pathdoc server",
-        ServerKind::Reference => "reference server (framework + hold-only service)",
-    };
+    let kind = r.args.server.describe();
     println!();
     println!("Idle server scale: {kind}, loopback, {} CPUs", r.cpus);
     println!(
         "  connections held        {} ({} probe + {} control) from {} source addresses, all open: {}",
         r.connections,
         r.probes,
-        r.args.sessions,
+        r.sessions,
         r.args.source_ips,
         if r.closed_while_idle == 0 { "yes" } else { "NO" }
     );
+    if let Some(l) = &r.fd_limited {
+        println!(
+            "  LIMITED                 RLIMIT_NOFILE hard limit {} (not raisable here) caps both processes: {} of the {} requested probe connections",
+            l.limit, r.probes, l.requested
+        );
+    }
     println!(
         "  server memory baseline  RSS {} (anonymous {})",
         mib(r.baseline.memory.rss as f64),
@@ -694,6 +766,19 @@ fn print_report(r: &Report<'_>) {
             verdict(f.lost == 0)
         );
     }
+}
+
+/// This process's RLIMIT_NOFILE soft limit (after [`raise_fd_limit`]).
+fn fd_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 1024;
+    }
+    lim.rlim_cur
 }
 
 /// Each connection is a descriptor: lift RLIMIT_NOFILE (as root up to 1 Mi).

@@ -3,6 +3,9 @@
 //! difference between this server and `pathdoc server` per connection is the idle service's own
 //! cost; what this one costs is the framework's (connection task, permit, tokio I/O
 //! registration).
+//!
+//! [`run_bare`] goes one step further down: the pathdoc handshake in a plain tokio task per
+//! connection, no framework at all — the floor of task-per-connection on tokio.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -48,7 +51,8 @@ async fn hold(mut conn: FramedConn) -> Result<(), ServiceError> {
 }
 
 /// Run the reference server until killed; prints the same "listening on" line as `pathdoc server`.
-pub fn run(listen: SocketAddr) -> anyhow::Result<()> {
+/// `lean` serves the prototype idle service ([`crate::lean_idle`]) instead of the hold-only one.
+pub fn run(listen: SocketAddr, lean: bool) -> anyhow::Result<()> {
     crate::raise_fd_limit();
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
@@ -63,10 +67,12 @@ pub fn run(listen: SocketAddr) -> anyhow::Result<()> {
             auth_token: None,
             limits,
         };
-        let bound = Server::new(config)
-            .with_service(Arc::new(HoldService))
-            .bind()
-            .await?;
+        let service: Arc<dyn Service> = if lean {
+            Arc::new(crate::lean_idle::LeanIdleService)
+        } else {
+            Arc::new(HoldService)
+        };
+        let bound = Server::new(config).with_service(service).bind().await?;
         eprintln!(
             "reference server listening on {} (TCP and UDP)",
             bound.local_addr()
@@ -75,5 +81,53 @@ pub fn run(listen: SocketAddr) -> anyhow::Result<()> {
             .run(std::future::pending::<()>(), Duration::from_secs(1))
             .await;
         Ok(())
+    })
+}
+
+/// Run a bare tokio server that answers the pathdoc handshake and then holds each connection in
+/// one task: the floor under any framework. Prints the same "listening on" line.
+pub fn run_bare(listen: SocketAddr) -> anyhow::Result<()> {
+    crate::raise_fd_limit();
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(listen).await?;
+        eprintln!("bare server listening on {} (TCP)", listener.local_addr()?);
+        loop {
+            let (stream, peer) = match listener.accept().await {
+                Ok(x) => x,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            tokio::spawn(async move {
+                let Ok(mut conn) = FramedConn::new(stream) else {
+                    return;
+                };
+                let hello = async {
+                    pathdoc_proto::read_preamble(conn.stream_mut()).await?;
+                    conn.recv::<pathdoc_proto::Hello>().await
+                };
+                if tokio::time::timeout(Duration::from_secs(10), hello)
+                    .await
+                    .map_or(true, |r| r.is_err())
+                {
+                    return;
+                }
+                let welcome = pathdoc_proto::HelloReply::Welcome(pathdoc_proto::Welcome {
+                    server_version: pathdoc_proto::software_version(),
+                    session: pathdoc_proto::SessionId(1),
+                    observed: peer,
+                });
+                if pathdoc_proto::write_preamble(conn.stream_mut())
+                    .await
+                    .is_err()
+                    || conn.send(&welcome).await.is_err()
+                {
+                    return;
+                }
+                let _ = hold(conn).await;
+            });
+        }
     })
 }
