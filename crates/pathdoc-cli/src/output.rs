@@ -33,12 +33,41 @@ pub fn render_text(report: &Report) -> String {
         Status::Fail => "problem found",
         Status::Inconclusive => "inconclusive",
     };
-    s.push_str(&format!("Overall: {} ({verdict}) — {}\n", overall, report.target));
+    s.push_str(&format!(
+        "Overall: {} ({verdict}) — {}\n",
+        overall, report.target
+    ));
     s
 }
 
+/// A short rendering for the lab demo: one line per finding; problems also get their first
+/// evidence lines and the first fix.
+pub fn render_compact(report: &Report) -> Vec<String> {
+    let mut lines = Vec::new();
+    for f in &report.findings {
+        lines.push(format!("[{}] {}", f.status.label(), f.title));
+        if f.status >= Status::Inconclusive {
+            for e in f.evidence.iter().take(3) {
+                lines.push(format!("    {}: {}", e.name, e.value));
+            }
+            if let Some(r) = f.remedies.first() {
+                lines.push(format!(
+                    "    fix: {}",
+                    r.command.as_deref().unwrap_or(&r.description)
+                ));
+            }
+        }
+    }
+    lines
+}
+
 fn render_finding(s: &mut String, f: &Finding) {
-    s.push_str(&format!("[{:<5}] {}: {}\n", f.status.label(), f.check, f.title));
+    s.push_str(&format!(
+        "[{:<5}] {}: {}\n",
+        f.status.label(),
+        f.check,
+        f.title
+    ));
     if !f.summary.is_empty() {
         for line in wrap(&f.summary, 90) {
             s.push_str(&format!("        {line}\n"));

@@ -14,9 +14,6 @@ use crate::traffic::{self, TcpPair};
 /// Where a step writes its observations (one line each).
 pub type Say<'a> = &'a mut dyn FnMut(String);
 
-/// A check run on a demo lab after its step (later issues add `pathdoc check` runs).
-pub type DemoCheck = fn(&Lab, Say) -> Result<(), LabError>;
-
 /// One scenario of the demo.
 #[derive(Clone, Copy)]
 pub struct DemoStep {

@@ -352,16 +352,6 @@ fn exec(a: ExecArgs, prefix: &str) -> anyhow::Result<i32> {
 /// The lab the demo is currently running, so Ctrl-C can remove it.
 static DEMO_LAB: Mutex<Option<(String, String)>> = Mutex::new(None);
 
-/// Checks that later issues run on a demo lab after the built-in step (e.g. `pathdoc check`
-/// against the scenario). Empty for now; add entries here.
-fn extra_checks(scenario: &str) -> Vec<demo::DemoCheck> {
-    match scenario {
-        "pmtu-blackhole" => vec![super::check_mtu::demo_check],
-        "window-limited" | "lossy-long-fat" => vec![super::check_speed::demo_check],
-        _ => Vec::new(),
-    }
-}
-
 fn run_demo(a: DemoArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
     pathdoc_lab::preflight::check_for_up(true, false)?;
     pathdoc_lab::preflight::check_for_demo()?;
@@ -423,9 +413,7 @@ fn run_demo(a: DemoArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
                 say(format!("fault: {f}"));
             }
             (step.show)(&lab, &mut say)?;
-            for check in extra_checks(step.scenario) {
-                check(&lab, &mut say)?;
-            }
+            super::lab_demo_checks::run(&lab, &mut say, step.scenario)?;
             lab.down()?;
             Ok(())
         })();

@@ -1,10 +1,11 @@
 //! One module per subcommand; each turns its arguments into library calls and returns an exit code.
 
-pub mod lab;
-pub mod lab_delay_line;
-pub mod server;
 pub mod check;
 pub mod check_idle;
 pub mod check_mtu;
 pub mod check_speed;
+pub mod lab;
+pub mod lab_delay_line;
+pub mod lab_demo_checks;
+pub mod server;
 pub mod speed;

@@ -1,0 +1,114 @@
+//! What `pathdoc lab demo` runs of pathdoc's own checks on each scenario: the real binary, a
+//! `pathdoc server` in the lab's server namespace and `pathdoc check … --json` in its client,
+//! exactly as a user would run them, with the verdicts shown in compact form.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use pathdoc_core::Report;
+use pathdoc_lab::demo::Say;
+use pathdoc_lab::{Lab, LabError};
+
+use crate::output;
+
+/// The `pathdoc check` arguments the demo uses on a scenario (time scaled down: the demo's
+/// NATs forget after seconds, not hours), or `None` when the scenario has no check yet.
+pub fn check_args(scenario: &str) -> Option<&'static [&'static str]> {
+    Some(match scenario {
+        // The false-alarm control: every check that runs here must come back healthy.
+        "clean" => &["--mtu", "--throughput", "--throughput-time", "3s"],
+        "modem-idle" | "cgnat-chain" => &[
+            "--idle",
+            "--idle-max",
+            "12s",
+            "--idle-resolution",
+            "1s",
+            "--idle-no-udp",
+        ],
+        "pmtu-blackhole" => &["--mtu"],
+        "lossy-long-fat" => &[
+            "--throughput",
+            "--throughput-time",
+            "4s",
+            "--throughput-compare-cc",
+        ],
+        "window-limited" => &["--throughput", "--throughput-time", "4s"],
+        // Seed 001 was a loss-based sender; BBR would hide the rate loss.
+        "slow-lossy-duplex" => &[
+            "--throughput",
+            "--throughput-time",
+            "4s",
+            "--throughput-cc",
+            "cubic",
+        ],
+        _ => return None,
+    })
+}
+
+/// Run the scenario's checks (if any) and tell the user what pathdoc concluded.
+pub fn run(lab: &Lab, say: Say, scenario: &str) -> Result<(), LabError> {
+    let Some(args) = check_args(scenario) else {
+        return Ok(());
+    };
+    let report = run_check(lab, args, Duration::from_secs(120))?;
+    say(format!(
+        "pathdoc check {} {}:",
+        report.target,
+        args.join(" ")
+    ));
+    for line in output::render_compact(&report) {
+        say(format!("  {line}"));
+    }
+    Ok(())
+}
+
+/// Start `pathdoc server` in the lab's server, wait until it accepts, run `pathdoc check` with
+/// `args` in the client and parse its JSON report. The server is stopped when this returns.
+pub fn run_check(lab: &Lab, args: &[&str], deadline: Duration) -> Result<Report, LabError> {
+    let exe = std::env::current_exe()
+        .map_err(|e| LabError::Measurement(format!("cannot find the pathdoc binary: {e}")))?;
+    let port = pathdoc_proto::DEFAULT_PORT;
+    let mut server = lab.command("server", &exe);
+    server
+        .args(["server", "--listen", &format!("0.0.0.0:{port}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let _server = lab.spawn("server", server)?;
+    let addr = SocketAddr::new(lab.addr("server"), port);
+    wait_until_listening(lab, addr, Duration::from_secs(10))?;
+
+    let mut check = lab.command("client", &exe);
+    check
+        .arg("check")
+        .arg(addr.to_string())
+        .args(args)
+        .arg("--json");
+    let done = pathdoc_lab::exec::run_unchecked(&mut check, None, deadline)?;
+    serde_json::from_str(&done.stdout).map_err(|e| {
+        LabError::Measurement(format!(
+            "pathdoc check {} printed no report ({e}): {}",
+            args.join(" "),
+            done.stderr.trim()
+        ))
+    })
+}
+
+fn wait_until_listening(lab: &Lab, addr: SocketAddr, patience: Duration) -> Result<(), LabError> {
+    let ns = lab.netns("client").to_string();
+    let give_up = Instant::now() + patience;
+    loop {
+        let connected = pathdoc_sys::netns::run_in_netns(&ns, || {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300)).is_ok()
+        })
+        .map_err(|e| LabError::Measurement(e.to_string()))?;
+        if connected {
+            return Ok(());
+        }
+        if Instant::now() > give_up {
+            return Err(LabError::Measurement(format!(
+                "pathdoc server did not come up at {addr}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
