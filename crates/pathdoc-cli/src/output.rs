@@ -51,10 +51,11 @@ pub fn render_compact(report: &Report) -> Vec<String> {
                 lines.push(format!("    {}: {}", e.name, e.value));
             }
             if let Some(r) = f.remedies.first() {
-                lines.push(format!(
-                    "    fix: {}",
-                    r.command.as_deref().unwrap_or(&r.description)
-                ));
+                let fix = r.command.as_deref().unwrap_or(&r.description);
+                for (i, line) in fix.lines().enumerate() {
+                    let lead = if i == 0 { "fix: " } else { "     " };
+                    lines.push(format!("    {lead}{line}"));
+                }
             }
         }
     }
