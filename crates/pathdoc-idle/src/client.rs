@@ -25,7 +25,11 @@ use crate::hops::{self, PathHops};
 use crate::proto::{
     ControlReply, ControlRequest, ProbeMessage, ProbeRequest, ServerProbeRecord, ServerSawEnd,
 };
-use crate::schedule::{plan_ladder, Ladder, LadderPlan, SlotState, TestResult, RFC5382_FLOOR};
+use crate::schedule::{
+    plan_ladder, Ladder, LadderPlan, SlotState, TestResult, RFC4787_FLOOR, RFC4787_RECOMMENDED,
+    RFC5382_FLOOR,
+};
+use crate::udp_client;
 use crate::verdict::{self, DeathKind, KeepaliveOutcome, LadderOutcome, RunSummary};
 
 /// What to run.
@@ -49,6 +53,8 @@ pub struct IdleConfig {
     pub culprit: bool,
     /// Most path splits the culprit search tests (two probe groups each).
     pub culprit_splits: usize,
+    /// Test UDP bindings too (RFC 4787 REQ-5/REQ-6).
+    pub udp: bool,
 }
 
 impl IdleConfig {
@@ -64,6 +70,7 @@ impl IdleConfig {
             grace: None,
             culprit: true,
             culprit_splits: 3,
+            udp: true,
         }
     }
 
@@ -653,9 +660,49 @@ pub async fn run(cfg: &IdleConfig, progress: &dyn Progress) -> Result<IdleResult
     );
     let ka_index = groups.len();
 
+    // UDP bindings run beside the TCP probes on their own ladder: up to a little past the
+    // 5-min recommendation of RFC 4787 REQ-5 (or the horizon, if shorter).
+    let hard_end = cfg.horizon + grace * 4 + hb * 6 + Duration::from_secs(10);
+    let udp_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let udp_task = cfg.udp.then(|| {
+        let udp_plan = plan_ladder(
+            cfg.horizon
+                .min(RFC4787_RECOMMENDED + Duration::from_secs(10)),
+            cfg.resolution,
+            60,
+            Some(RFC4787_FLOOR),
+        );
+        let tx = ctl_tx.clone();
+        let requester: udp_client::Requester = Arc::new(move |req| {
+            let tx = tx.clone();
+            Box::pin(async move { request(&tx, req).await })
+        });
+        let h = health.clone();
+        let view: udp_client::HealthView = Arc::new(move || {
+            let h = lock(&h);
+            let outages = h
+                .outages
+                .iter()
+                .map(|(s, e, _)| (*s, e.unwrap_or(Duration::MAX)))
+                .collect();
+            (h.confirmed, outages)
+        });
+        tokio::spawn(udp_client::run_udp(
+            cfg.server,
+            session,
+            udp_plan,
+            grace,
+            hb,
+            warm_interval,
+            start,
+            hard_end,
+            requester,
+            view,
+            udp_stop.clone(),
+        ))
+    });
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
     let tick = (cfg.resolution / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
-    let hard_end = cfg.horizon + grace * 4 + hb * 6 + Duration::from_secs(10);
     let mut nonce: u64 = rand::random();
     let mut finished_at = None;
     let mut last_status = Duration::ZERO;
@@ -952,6 +999,11 @@ pub async fn run(cfg: &IdleConfig, progress: &dyn Progress) -> Result<IdleResult
     }
     let elapsed = start.elapsed();
 
+    udp_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let udp = match udp_task {
+        Some(t) => t.await.ok(),
+        None => None,
+    };
     // The server's view: how connections ended on its side.
     let mut records: HashMap<u32, ServerProbeRecord> = HashMap::new();
     let mut after = None;
@@ -1062,6 +1114,9 @@ pub async fn run(cfg: &IdleConfig, progress: &dyn Progress) -> Result<IdleResult
     let analysis = path
         .as_ref()
         .map(|p| culprit::infer(&server_outcome, &split_outcomes, p.routers));
+    if let Some(u) = &udp {
+        findings.extend(verdict::udp_findings(&u.outcome, u.inbound_refresh));
+    }
     if server_outcome.upper.is_some() && cfg.culprit {
         findings.push(verdict::culprit_finding(
             &server_outcome,
@@ -1081,6 +1136,7 @@ pub async fn run(cfg: &IdleConfig, progress: &dyn Progress) -> Result<IdleResult
         "early_stop": early_stop,
         "plan": plan,
         "outages": h.outages.iter().map(|(s, e, c)| Outage { start_s: s.as_secs_f64(), end_s: e.map(|e| e.as_secs_f64()), cause: c.clone() }).collect::<Vec<_>>(),
+        "udp": udp,
         "path": path,
         "culprit": analysis,
         "splits": split_outcomes,

@@ -5,7 +5,8 @@
 //! Modules: [`schedule`] (which idle times to test with how many connections; pure),
 //! [`verdict`] (findings from outcomes; pure), [`culprit`] (which hop forgets first; pure),
 //! [`hops`] (TTL hop discovery), [`proto`] (messages), [`server`] (the `pathdoc server` side),
-//! [`client`] (the `pathdoc check --idle` side), [`duration`] (parsing).
+//! [`client`] (the `pathdoc check --idle` side), [`udp_client`] (its UDP bindings),
+//! [`duration`] (parsing).
 
 pub mod client;
 pub mod culprit;
@@ -14,6 +15,7 @@ pub mod hops;
 pub mod proto;
 pub mod schedule;
 pub mod server;
+pub mod udp_client;
 pub mod verdict;
 
 pub use client::{run, IdleConfig, IdleError, IdleResult};

@@ -33,6 +33,10 @@ pub struct IdleArgs {
     /// Skip the culprit-hop search (TTL-limited keepalives that find which hop forgets first).
     #[arg(long)]
     pub idle_no_culprit: bool,
+    /// Skip the UDP binding tests (RFC 4787 REQ-5 timeout, REQ-6 inbound refresh); they run
+    /// beside the TCP probes by default and end after 5 min 10 s at most.
+    #[arg(long)]
+    pub idle_no_udp: bool,
 }
 
 pub async fn run(
@@ -49,6 +53,7 @@ pub async fn run(
     cfg.client_initiated = !args.idle_no_client_probes;
     cfg.keepalive = !args.idle_no_keepalive;
     cfg.culprit = !args.idle_no_culprit;
+    cfg.udp = !args.idle_no_udp;
     let result = pathdoc_idle::run(&cfg, ctx.progress).await?;
     report.findings.extend(result.findings);
     report.data.insert("idle".to_string(), result.data);
