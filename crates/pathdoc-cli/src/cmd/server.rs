@@ -52,7 +52,11 @@ impl ServerArgs {
 
 /// The services this binary serves; each check crate contributes one.
 fn services() -> Vec<Arc<dyn Service>> {
-    vec![Arc::new(pathdoc_idle::IdleService::new()), pathdoc_mtu::MtuService::new(), Arc::new(pathdoc_speed::SpeedService::new())]
+    vec![
+        Arc::new(pathdoc_idle::IdleService::new()),
+        pathdoc_mtu::MtuService::new(),
+        Arc::new(pathdoc_speed::SpeedService::new()),
+    ]
 }
 
 pub fn run(args: ServerArgs, _global: Global) -> anyhow::Result<i32> {
@@ -64,7 +68,11 @@ pub fn run(args: ServerArgs, _global: Global) -> anyhow::Result<i32> {
         max_test_duration: Duration::from_secs(args.max_test_secs),
         ..Limits::default()
     };
-    let config = ServerConfig { listen: args.listen, auth_token: args.auth_token, limits };
+    let config = ServerConfig {
+        listen: args.listen,
+        auth_token: args.auth_token,
+        limits,
+    };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async move {
         raise_fd_limit();
@@ -73,7 +81,10 @@ pub fn run(args: ServerArgs, _global: Global) -> anyhow::Result<i32> {
             server = server.with_service(service);
         }
         let bound = server.bind().await?;
-        eprintln!("pathdoc server listening on {} (TCP and UDP)", bound.local_addr());
+        eprintln!(
+            "pathdoc server listening on {} (TCP and UDP)",
+            bound.local_addr()
+        );
         bound.run(shutdown_signal(), Duration::from_secs(5)).await;
         Ok::<_, anyhow::Error>(())
     })?;
@@ -97,13 +108,19 @@ async fn shutdown_signal() {
 /// and as root (which may raise the hard limit) to 1 Mi descriptors.
 fn raise_fd_limit() {
     const WANTED: libc::rlim_t = 1 << 20;
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit/setrlimit only read/write the struct we pass.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
             return;
         }
-        let raised = libc::rlimit { rlim_cur: WANTED.max(lim.rlim_max), rlim_max: WANTED.max(lim.rlim_max) };
+        let raised = libc::rlimit {
+            rlim_cur: WANTED.max(lim.rlim_max),
+            rlim_max: WANTED.max(lim.rlim_max),
+        };
         if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 && lim.rlim_cur < lim.rlim_max {
             lim.rlim_cur = lim.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
