@@ -107,6 +107,7 @@ impl Service for LeanIdleService {
         session: Arc<Session>,
         tag: u32,
         conn: FramedConn,
+        _permit: pathdoc_server::ConnectionPermit,
     ) -> Result<(), ServiceError> {
         let state = session.state::<State>();
         let observed = conn.peer();

@@ -38,6 +38,7 @@ impl Service for HoldService {
         _session: Arc<Session>,
         _tag: u32,
         conn: FramedConn,
+        _permit: pathdoc_server::ConnectionPermit,
     ) -> Result<(), ServiceError> {
         hold(conn).await
     }

@@ -44,7 +44,10 @@ fn main() {
     let cli = Cli::parse();
     let json_logs = matches!(&cli.command, Command::Server(a) if a.log_format() == cmd::server::LogFormat::Json);
     init_logging(cli.verbose, json_logs);
-    let global = Global { json: cli.json, verbose: cli.verbose };
+    let global = Global {
+        json: cli.json,
+        verbose: cli.verbose,
+    };
     let result = match cli.command {
         Command::Lab(args) => cmd::lab::run(args, global),
         Command::Server(args) => cmd::server::run(args, global),
@@ -70,7 +73,9 @@ fn init_logging(verbose: u8, json: bool) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("PATHDOC_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if json {
         builder.json().init();
     } else {

@@ -24,7 +24,10 @@ impl TerminalProgress {
             bar.enable_steady_tick(Duration::from_millis(200));
             bar
         });
-        TerminalProgress { bar, quiet: global.json }
+        TerminalProgress {
+            bar,
+            quiet: global.json,
+        }
     }
 
     pub fn finish(&self) {

@@ -157,6 +157,7 @@ impl Service for IdleService {
         session: Arc<Session>,
         tag: u32,
         conn: FramedConn,
+        _permit: pathdoc_server::ConnectionPermit,
     ) -> Result<(), ServiceError> {
         let state = session.state::<IdleState>();
         let observed = conn.peer();

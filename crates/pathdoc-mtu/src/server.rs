@@ -386,6 +386,7 @@ impl Service for MtuService {
         session: Arc<Session>,
         tag: u32,
         mut conn: FramedConn,
+        _permit: pathdoc_server::ConnectionPermit,
     ) -> Result<(), ServiceError> {
         if tag != TAG_BULK {
             return Err(ServiceError::BadRequest(format!(

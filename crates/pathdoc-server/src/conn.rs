@@ -29,7 +29,7 @@ pub(crate) fn bind_tcp(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListe
 }
 
 pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
-    let _permit = match shared.conns.try_admit(peer.ip(), &shared.config.limits) {
+    let permit = match shared.conns.try_admit(peer.ip(), &shared.config.limits) {
         Ok(permit) => permit,
         Err(e) => {
             let message = match e {
@@ -148,16 +148,21 @@ pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketA
                 return;
             }
             tracing::info!(%peer, session = %session.id, %check, resumed, "control connection");
-            let cancel = session.cancel.clone();
-            tokio::select! {
-                _ = cancel.cancelled() => {}
-                r = service.control(session.clone(), conn, resumed) => {
-                    if let Err(e) = r {
-                        tracing::info!(%peer, session = %session.id, error = %e, "control ended with error");
+            // The handshake's state is dropped here; the connection lives on in a task that
+            // holds only what the service needs.
+            shared.tasks.spawn(async move {
+                let _permit = permit;
+                let cancel = session.cancel.clone();
+                tokio::select! {
+                    _ = cancel.cancelled() => {}
+                    r = service.control(session.clone(), conn, resumed) => {
+                        if let Err(e) = r {
+                            tracing::info!(%peer, session = %session.id, error = %e, "control ended with error");
+                        }
                     }
                 }
-            }
-            session.touch();
+                session.touch();
+            });
         }
         Channel::Data { session: id, tag } => {
             let session = match shared.registry.get(id) {
@@ -179,16 +184,18 @@ pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketA
             if welcome(&mut conn, session.id, peer).await.is_err() {
                 return;
             }
-            let cancel = session.cancel.clone();
-            tokio::select! {
-                _ = cancel.cancelled() => {}
-                r = service.data(session.clone(), tag, conn) => {
-                    if let Err(e) = r {
-                        tracing::debug!(%peer, session = %session.id, tag, error = %e, "data connection ended with error");
+            shared.tasks.spawn(async move {
+                let cancel = session.cancel.clone();
+                tokio::select! {
+                    _ = cancel.cancelled() => {}
+                    r = service.data(session.clone(), tag, conn, permit) => {
+                        if let Err(e) = r {
+                            tracing::debug!(%peer, session = %session.id, tag, error = %e, "data connection ended with error");
+                        }
                     }
                 }
-            }
-            session.touch();
+                session.touch();
+            });
         }
     }
 }

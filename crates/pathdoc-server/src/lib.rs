@@ -25,7 +25,7 @@ use async_trait::async_trait;
 use pathdoc_proto::{CheckKind, FramedConn};
 use tokio_util::sync::CancellationToken;
 
-pub use limits::Limits;
+pub use limits::{ConnectionPermit, Limits};
 pub use session::{Session, SessionRegistry};
 
 /// Server settings. `Default` gives safe public-server values.
@@ -89,14 +89,17 @@ pub trait Service: Send + Sync + 'static {
         resumed: bool,
     ) -> Result<(), ServiceError>;
 
-    /// Handle a data/probe connection of `session`, labelled `tag` by the client.
+    /// Handle a data/probe connection of `session`, labelled `tag` by the client. `permit`
+    /// counts the connection against the client's limits until dropped: a service that parks
+    /// connections without a task (thousands of idle probes) keeps it with the connection.
     async fn data(
         &self,
         session: Arc<Session>,
         tag: u32,
         conn: FramedConn,
+        permit: ConnectionPermit,
     ) -> Result<(), ServiceError> {
-        let _ = (session, tag, conn);
+        let _ = (session, tag, conn, permit);
         Err(ServiceError::BadRequest(format!(
             "the {} check has no data connections",
             self.check()
@@ -162,6 +165,7 @@ impl Server {
             services: self.services,
             config: self.config,
             shutdown: CancellationToken::new(),
+            tasks: tokio_util::task::TaskTracker::new(),
         });
         Ok(BoundServer { tcp, local, shared })
     }
@@ -175,6 +179,8 @@ pub(crate) struct Shared {
     pub(crate) udp: Arc<tokio::net::UdpSocket>,
     pub(crate) services: Vec<Arc<dyn Service>>,
     pub(crate) shutdown: CancellationToken,
+    /// Every task the server spawns, so shutdown can wait for them.
+    pub(crate) tasks: tokio_util::task::TaskTracker,
 }
 
 impl Shared {
@@ -200,7 +206,7 @@ impl BoundServer {
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>, grace: Duration) {
         let shared = self.shared;
         tracing::info!(listen = %self.local, auth = shared.config.auth_token.is_some(), "pathdoc server listening");
-        let tracker = tokio_util::task::TaskTracker::new();
+        let tracker = shared.tasks.clone();
         tracker.spawn(udp::serve(shared.clone()));
         tracker.spawn(session::reap_loop(shared.clone()));
         tokio::pin!(shutdown);

@@ -58,6 +58,7 @@ impl Service for Echo {
         _session: Arc<Session>,
         tag: u32,
         mut conn: FramedConn,
+        _permit: pathdoc_server::ConnectionPermit,
     ) -> Result<(), ServiceError> {
         self.data_conns.fetch_add(1, Ordering::SeqCst);
         conn.send(&tag).await?;

@@ -184,6 +184,7 @@ impl Service for SpeedService {
         session: Arc<Session>,
         tag: u32,
         conn: FramedConn,
+        _permit: pathdoc_server::ConnectionPermit,
     ) -> Result<(), ServiceError> {
         let state = session.state::<SessionState>();
         let stream = conn.into_inner().into_std()?;

@@ -1,6 +1,6 @@
 //! Linux kernel access for pathdoc: TCP_INFO, socket options, network namespaces, sysctls.
+pub mod cpu_usage;
 pub mod netns;
-pub mod tcp_info;
 pub mod pmtu;
 pub mod saved_syn;
-pub mod cpu_usage;
+pub mod tcp_info;

@@ -75,7 +75,13 @@ pub fn run(args: ServerArgs, _global: Global) -> anyhow::Result<i32> {
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async move {
-        raise_fd_limit();
+        let fds = raise_fd_limit();
+        if fds < u64::from(config.limits.connections_total) {
+            tracing::warn!(
+                open_file_limit = fds,
+                "the open-file limit caps the server at about {fds} connections (raise it with `ulimit -n` or LimitNOFILE=)"
+            );
+        }
         let mut server = Server::new(config);
         for service in services() {
             server = server.with_service(service);
@@ -106,7 +112,8 @@ async fn shutdown_signal() {
 
 /// A server holds one descriptor per probe connection: lift the soft limit to the hard one,
 /// and as root (which may raise the hard limit) to 1 Mi descriptors.
-fn raise_fd_limit() {
+/// Returns the soft limit in force afterwards.
+fn raise_fd_limit() -> u64 {
     const WANTED: libc::rlim_t = 1 << 20;
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -115,7 +122,7 @@ fn raise_fd_limit() {
     // SAFETY: getrlimit/setrlimit only read/write the struct we pass.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return;
+            return 0;
         }
         let raised = libc::rlimit {
             rlim_cur: WANTED.max(lim.rlim_max),
@@ -125,5 +132,7 @@ fn raise_fd_limit() {
             lim.rlim_cur = lim.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
     }
+    lim.rlim_cur
 }
