@@ -131,9 +131,10 @@ fn clean_path_gives_no_false_alarm() {
     let _srv = server(&lab);
     let (code, report, _) = check(&lab, &["--idle-max", "8s", "--idle-resolution", "1s"]);
     for f in report["findings"].as_array().unwrap() {
-        if f["id"] == "udp-binding-timeout" {
-            // An 8-s run cannot reach RFC 4787's 2 min: inconclusive, not a pass or an alarm.
-            assert_eq!(f["status"], "inconclusive", "{f:#}");
+        if f["id"] == "udp-binding-timeout" || f["id"] == "tcp-idle-timeout" {
+            // An 8-s run cannot reach RFC 4787's 2 min or RFC 5382's 2 h 4 min: it measured a
+            // lower bound, which is information, neither a pass nor an alarm.
+            assert_eq!(f["status"], "info", "{f:#}");
             continue;
         }
         assert!(
@@ -141,7 +142,7 @@ fn clean_path_gives_no_false_alarm() {
             "false alarm: {f:#}"
         );
     }
-    assert_eq!(code, 3);
+    assert_eq!(code, 0);
     let s = ladder(&report, "server-initiated");
     assert!(s["upper_s"].is_null());
     assert!(s["lower_s"].as_f64().unwrap() >= 8.0, "{s:#}");
