@@ -203,6 +203,16 @@ impl Finding {
         self.remedies.push(remedy);
         self
     }
+
+    pub fn evidences(mut self, evidence: impl IntoIterator<Item = Evidence>) -> Self {
+        self.evidence.extend(evidence);
+        self
+    }
+
+    pub fn remedies(mut self, remedies: impl IntoIterator<Item = Remedy>) -> Self {
+        self.remedies.extend(remedies);
+        self
+    }
 }
 
 /// The whole result of one command run (`pathdoc check`, `pathdoc speed`, …).

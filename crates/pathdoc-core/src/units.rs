@@ -14,10 +14,11 @@ pub fn format_rate(bits_per_second: f64) -> String {
     format!("{} {}bit/s", three_significant(value), prefix)
 }
 
-/// Format a byte count with an IEC prefix: `2.00 MiB`; exact below 1 KiB (`1420 B`).
+/// Format a byte count with an IEC prefix: `2.00 MiB`. Below 10 KiB the exact count is
+/// clearer (packet, MTU and MSS sizes: `1420 B`, `9000 B`).
 pub fn format_bytes(bytes: u64) -> String {
     const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if bytes < 1024 {
+    if bytes < 10 * 1024 {
         return format!("{bytes} B");
     }
     let mut value = bytes as f64;
@@ -96,8 +97,9 @@ mod tests {
 
     #[test]
     fn sizes_use_iec_bytes() {
-        assert_eq!(format_bytes(1420), "1.39 KiB");
-        assert_eq!(format_bytes(1000), "1000 B");
+        assert_eq!(format_bytes(1420), "1420 B");
+        assert_eq!(format_bytes(9000), "9000 B");
+        assert_eq!(format_bytes(16 * 1024), "16.0 KiB");
         assert_eq!(format_bytes(2 * 1024 * 1024), "2.00 MiB");
         assert_eq!(format_bytes(6 * 1024 * 1024 * 1024), "6.00 GiB");
     }

@@ -379,6 +379,7 @@ fn rwnd_finding(d: &DirectionResult, fraction: f64) -> Finding {
     let window = d.sender.max_snd_wnd;
     let window_rate = window as f64 * 8.0 / rtt;
     let rmem_max = d.receiver_tcp_rmem.map(|r| r[2]);
+    // A rate to size the fix for: well above what was reached, and at least 1 Gbit/s.
     let target = (4.0 * d.goodput_bps).max(1e9);
     let recommended = recommended_buffer(target, rtt, rmem_max.unwrap_or(window));
     let (rmin, rdef) = d
@@ -393,7 +394,7 @@ fn rwnd_finding(d: &DirectionResult, fraction: f64) -> Finding {
         format_bytes(window)
     ))
     .summary(format!(
-        "The sender spent {:.0} % of its busy time waiting for the receiver's window. A {} window at {:.1} ms RTT allows at most {} per stream (window/RTT); {} needs {} in flight (bandwidth-delay product = rate × min RTT).",
+        "The sender spent {:.0} % of its busy time waiting for the receiver's window. A {} window at {:.1} ms RTT allows at most {} per stream (window/RTT). The link rate is not known from here; to reach, say, {} a stream needs {} in flight (bandwidth-delay product = rate × min RTT), and the fix below sizes the buffer for twice that.",
         fraction * 100.0,
         format_bytes(window),
         rtt * 1e3,
@@ -436,6 +437,7 @@ fn rwnd_finding(d: &DirectionResult, fraction: f64) -> Finding {
 fn sndbuf_finding(d: &DirectionResult, fraction: f64) -> Finding {
     let rtt = d.rtt_s();
     let wmem = d.sender_tcp_wmem;
+    // A rate to size the fix for: well above what was reached, and at least 1 Gbit/s.
     let target = (4.0 * d.goodput_bps).max(1e9);
     let recommended = recommended_buffer(target, rtt, wmem.map(|w| w[2]).unwrap_or(4 << 20));
     let (wmin, wdef) = wmem.map(|w| (w[0], w[1])).unwrap_or((4096, 16384));
@@ -445,7 +447,7 @@ fn sndbuf_finding(d: &DirectionResult, fraction: f64) -> Finding {
         d.sender_side.name()
     ))
     .summary(format!(
-        "The sender spent {:.0} % of its busy time with a full send buffer: it cannot keep more unacknowledged data in flight. At {:.1} ms RTT, {} needs {} in flight.",
+        "The sender spent {:.0} % of its busy time with a full send buffer: it cannot keep more unacknowledged data in flight. The link rate is not known from here; at {:.1} ms RTT, reaching, say, {} needs {} in flight, and the fix below sizes the buffer for twice that.",
         fraction * 100.0,
         rtt * 1e3,
         format_rate(target),
@@ -619,10 +621,15 @@ pub fn diagnose_asymmetry(upload: &DirectionResult, download: &DirectionResult) 
         .evidence(Evidence::new(format!("{} goodput", fast.direction.short()), Quantity::Goodput(fast.goodput_bps)))
         .evidence(Evidence::new(format!("{} retransmitted share", slow.direction.short()), Quantity::Percent(slow.retrans_share() * 100.0)))
         .evidence(Evidence::new(format!("{} retransmitted share", fast.direction.short()), Quantity::Percent(fast.retrans_share() * 100.0)))
-        .remedy(Remedy::new(format!(
-            "Look for a fault that hits only {} traffic: a duplex mismatch (check `ethtool IFACE` speed/duplex on both ends of each link), a policer or shaper in that direction, or a lossy link",
-            slow.direction.label()
-        ))),
+        .remedies(if explained_by_host {
+            // The slow direction's own finding carries the fix.
+            Vec::new()
+        } else {
+            vec![Remedy::new(format!(
+                "Look for a fault that hits only {} traffic: a duplex mismatch (check `ethtool IFACE` speed/duplex on both ends of each link), a policer or shaper in that direction, or a lossy link",
+                slow.direction.label()
+            ))]
+        }),
     )
 }
 
@@ -737,17 +744,6 @@ pub fn compare_cc(direction: Direction, runs: &[CcRun]) -> Option<Finding> {
         );
     }
     Some(f)
-}
-
-trait FindingExt {
-    fn evidences(self, e: Vec<Evidence>) -> Self;
-}
-
-impl FindingExt for Finding {
-    fn evidences(mut self, e: Vec<Evidence>) -> Self {
-        self.evidence.extend(e);
-        self
-    }
 }
 
 #[cfg(test)]
@@ -1032,6 +1028,7 @@ mod tests {
         let f = diagnose_asymmetry(&up, &down).unwrap();
         assert_eq!(f.status, Status::Info);
         assert!(f.summary.contains("receive window"), "{}", f.summary);
+        assert!(f.remedies.is_empty(), "the window finding carries the fix");
         // Loss in one direction only (seed 001) stays a warning.
         let mut up = direction(29e6);
         up.direction = Direction::Upload;
