@@ -29,6 +29,7 @@ use crate::schedule::{
     plan_ladder, Ladder, LadderPlan, SlotState, TestResult, RFC4787_FLOOR, RFC4787_RECOMMENDED,
     RFC5382_FLOOR,
 };
+use crate::server::MAX_TAGS_PER_REQUEST;
 use crate::udp_client;
 use crate::verdict::{self, DeathKind, KeepaliveOutcome, LadderOutcome, RunSummary};
 
@@ -249,7 +250,58 @@ async fn control_task(
     }
 }
 
+/// Send one request through the control task. Fire requests naming more tags than the server
+/// takes at once ([`MAX_TAGS_PER_REQUEST`], so that its reply fits a frame) go in batches and
+/// their replies are merged.
 async fn request(tx: &mpsc::Sender<Request>, req: ControlRequest) -> Result<ControlReply, String> {
+    match req {
+        ControlRequest::Fire { tags, nonce } if tags.len() > MAX_TAGS_PER_REQUEST => {
+            fire_in_batches(tx, &tags, |tags| ControlRequest::Fire { tags, nonce }).await
+        }
+        ControlRequest::FireUdp { tags, nonce } if tags.len() > MAX_TAGS_PER_REQUEST => {
+            fire_in_batches(tx, &tags, |tags| ControlRequest::FireUdp { tags, nonce }).await
+        }
+        req => request_one(tx, req).await,
+    }
+}
+
+/// Every batch is tried; tags of a batch that failed are missing from the merged reply (the
+/// caller counts them as not sent). Fails only when no batch got through.
+async fn fire_in_batches(
+    tx: &mpsc::Sender<Request>,
+    tags: &[u32],
+    make: impl Fn(Vec<u32>) -> ControlRequest,
+) -> Result<ControlReply, String> {
+    let mut fired = Vec::with_capacity(tags.len());
+    let mut first_error = None;
+    let mut any = false;
+    for batch in tags.chunks(MAX_TAGS_PER_REQUEST) {
+        match request_one(tx, make(batch.to_vec())).await {
+            Ok(ControlReply::Fired { fired: part }) => {
+                any = true;
+                fired.extend(part);
+            }
+            Ok(ControlReply::Error { message }) => {
+                first_error.get_or_insert(message);
+            }
+            Ok(other) => {
+                first_error.get_or_insert(format!("unexpected reply to a fire request: {other:?}"));
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) if !any => Err(e),
+        _ => Ok(ControlReply::Fired { fired }),
+    }
+}
+
+async fn request_one(
+    tx: &mpsc::Sender<Request>,
+    req: ControlRequest,
+) -> Result<ControlReply, String> {
     let (rtx, rrx) = oneshot::channel();
     tx.send((req, rtx))
         .await
@@ -1176,4 +1228,73 @@ fn status_line(groups: &[Group], now: Duration, horizon: Duration) -> String {
 /// Milliseconds helper re-exported for callers building configs from flags.
 pub fn millis(d: Duration) -> u64 {
     to_ms(d)
+}
+
+#[cfg(test)]
+mod fire_batch_tests {
+    use super::*;
+
+    /// A stand-in control task that answers fire requests like the server, refusing any request
+    /// over the server's limit.
+    fn answering_control() -> (mpsc::Sender<Request>, tokio::task::JoinHandle<Vec<usize>>) {
+        let (tx, mut rx) = mpsc::channel::<Request>(4);
+        let seen = tokio::spawn(async move {
+            let mut sizes = Vec::new();
+            while let Some((req, reply)) = rx.recv().await {
+                let r = match req {
+                    ControlRequest::Fire { tags, .. } | ControlRequest::FireUdp { tags, .. } => {
+                        sizes.push(tags.len());
+                        if tags.len() > MAX_TAGS_PER_REQUEST {
+                            ControlReply::Error {
+                                message: "too many".into(),
+                            }
+                        } else {
+                            ControlReply::Fired {
+                                fired: tags
+                                    .into_iter()
+                                    .map(|tag| crate::proto::Fired {
+                                        tag,
+                                        idle_ms: Some(1),
+                                        sent: true,
+                                        error: None,
+                                    })
+                                    .collect(),
+                            }
+                        }
+                    }
+                    _ => ControlReply::Ok,
+                };
+                let _ = reply.send(Ok(r));
+            }
+            sizes
+        });
+        (tx, seen)
+    }
+
+    #[tokio::test]
+    async fn two_thousand_tags_go_in_batches_and_all_come_back() {
+        let (tx, seen) = answering_control();
+        let tags: Vec<u32> = (0..2000).collect();
+        let reply = request(&tx, ControlRequest::Fire { tags, nonce: 3 }).await;
+        let Ok(ControlReply::Fired { fired }) = reply else {
+            panic!("unexpected reply {reply:?}");
+        };
+        assert_eq!(fired.len(), 2000);
+        assert!(fired
+            .iter()
+            .enumerate()
+            .all(|(i, f)| f.tag == i as u32 && f.sent));
+        let udp = request(
+            &tx,
+            ControlRequest::FireUdp {
+                tags: (0..501).collect(),
+                nonce: 4,
+            },
+        )
+        .await;
+        assert!(matches!(udp, Ok(ControlReply::Fired { fired }) if fired.len() == 501));
+        drop(tx);
+        let sizes = seen.await.unwrap();
+        assert_eq!(sizes, vec![500, 500, 500, 500, 500, 1]);
+    }
 }

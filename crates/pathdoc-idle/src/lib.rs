@@ -5,6 +5,7 @@
 //! Modules: [`schedule`] (which idle times to test with how many connections; pure),
 //! [`verdict`] (findings from outcomes; pure), [`culprit`] (which hop forgets first; pure),
 //! [`hops`] (TTL hop discovery), [`proto`] (messages), [`server`] (the `pathdoc server` side),
+//! `parking` (the server's one epoll thread for idle probe sockets),
 //! [`client`] (the `pathdoc check --idle` side), [`udp_client`] (its UDP bindings),
 //! [`duration`] (parsing).
 
@@ -12,6 +13,7 @@ pub mod client;
 pub mod culprit;
 pub mod duration;
 pub mod hops;
+mod parking;
 pub mod proto;
 pub mod schedule;
 pub mod server;
