@@ -14,7 +14,6 @@
 //! (framework-only reference server for the memory breakdown).
 
 mod child;
-mod lean_idle;
 mod load;
 mod null_server;
 mod procfs;
@@ -92,9 +91,6 @@ struct Args {
     /// Internal: run the reference server on this address.
     #[arg(long, hide = true)]
     serve_reference: Option<SocketAddr>,
-    /// Internal: run the framework with the prototype lean idle service on this address.
-    #[arg(long, hide = true)]
-    serve_lean: Option<SocketAddr>,
     /// Internal: run the bare server on this address.
     #[arg(long, hide = true)]
     serve_bare: Option<SocketAddr>,
@@ -108,8 +104,6 @@ enum ServerKind {
     Reference,
     /// One plain tokio task per connection that answers the handshake and holds it.
     Bare,
-    /// pathdoc_server framework + a prototype of the proposed leaner idle probe path (fires).
-    Lean,
 }
 
 impl ServerKind {
@@ -118,18 +112,16 @@ impl ServerKind {
             ServerKind::Pathdoc => "pathdoc server",
             ServerKind::Reference => "reference server (framework + hold-only service)",
             ServerKind::Bare => "bare tokio server (handshake + hold, no framework)",
-            ServerKind::Lean => "framework + prototype lean idle service (proposed fix)",
         }
     }
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let internal = match (args.serve_reference, args.serve_lean, args.serve_bare) {
-        (Some(listen), _, _) => Some(null_server::run(listen, false)),
-        (None, Some(listen), _) => Some(null_server::run(listen, true)),
-        (None, None, Some(listen)) => Some(null_server::run_bare(listen)),
-        (None, None, None) => None,
+    let internal = match (args.serve_reference, args.serve_bare) {
+        (Some(listen), _) => Some(null_server::run(listen)),
+        (None, Some(listen)) => Some(null_server::run_bare(listen)),
+        (None, None) => None,
     };
     if let Some(result) = internal {
         return match result {
@@ -382,7 +374,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         args.server.describe(),
         sources.len()
     );
-    let firing = matches!(args.server, ServerKind::Pathdoc | ServerKind::Lean);
+    let firing = args.server == ServerKind::Pathdoc;
 
     let (arrival_tx, mut arrival_rx) = mpsc::unbounded_channel::<Arrival>();
     let sinks = Sinks {
@@ -513,11 +505,10 @@ fn spawn_server(args: &Args, sessions: u32, connections: u64) -> anyhow::Result<
                 .args(["--max-session-secs", "7200"]);
             cmd
         }
-        ServerKind::Reference | ServerKind::Bare | ServerKind::Lean => {
+        ServerKind::Reference | ServerKind::Bare => {
             let mut cmd = Command::new(std::env::current_exe().context("locating this program")?);
             let flag = match args.server {
                 ServerKind::Bare => "--serve-bare",
-                ServerKind::Lean => "--serve-lean",
                 _ => "--serve-reference",
             };
             cmd.args([flag, "127.0.0.1:0"]);
@@ -578,7 +569,14 @@ async fn fire_schedule(
                 continue;
             }
             if let Some(commands) = &load.commands {
-                let _ = commands.send(CtlCommand::Fire { tags, nonce });
+                // The server takes a bounded number of tags per request (its reply must fit
+                // a frame); the real client splits the same way.
+                for part in tags.chunks(pathdoc_idle::server::MAX_TAGS_PER_REQUEST) {
+                    let _ = commands.send(CtlCommand::Fire {
+                        tags: part.to_vec(),
+                        nonce,
+                    });
+                }
             }
         }
     }

@@ -52,8 +52,7 @@ async fn hold(mut conn: FramedConn) -> Result<(), ServiceError> {
 }
 
 /// Run the reference server until killed; prints the same "listening on" line as `pathdoc server`.
-/// `lean` serves the prototype idle service ([`crate::lean_idle`]) instead of the hold-only one.
-pub fn run(listen: SocketAddr, lean: bool) -> anyhow::Result<()> {
+pub fn run(listen: SocketAddr) -> anyhow::Result<()> {
     crate::raise_fd_limit();
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
@@ -68,11 +67,7 @@ pub fn run(listen: SocketAddr, lean: bool) -> anyhow::Result<()> {
             auth_token: None,
             limits,
         };
-        let service: Arc<dyn Service> = if lean {
-            Arc::new(crate::lean_idle::LeanIdleService)
-        } else {
-            Arc::new(HoldService)
-        };
+        let service: Arc<dyn Service> = Arc::new(HoldService);
         let bound = Server::new(config).with_service(service).bind().await?;
         eprintln!(
             "reference server listening on {} (TCP and UDP)",
