@@ -31,7 +31,7 @@ pub fn render_text(report: &Report) -> String {
         Status::Pass | Status::Info => "no problem found",
         Status::Warn => "works, but below recommendation",
         Status::Fail => "problem found",
-        Status::Inconclusive => "inconclusive",
+        Status::Inconclusive => "not decided: see the reasons above",
     };
     s.push_str(&format!(
         "Overall: {} ({verdict}) — {}\n",

@@ -60,7 +60,7 @@ impl Default for MtuOptions {
 pub enum MtuError {
     #[error(transparent)]
     Proto(#[from] ProtoError),
-    #[error("I/O error: {0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error("server: {0}")]
     Server(String),

@@ -126,9 +126,9 @@ pub enum HelloReply {
 /// Errors of the wire layer.
 #[derive(Debug, thiserror::Error)]
 pub enum ProtoError {
-    #[error("I/O error: {0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
-    #[error("peer is not speaking the pathdoc protocol (first bytes {0:02x?})")]
+    #[error("peer is not speaking the pathdoc protocol (it sent {})", printable(.0))]
     NotPathdoc(Vec<u8>),
     #[error("protocol version mismatch: we speak {ours}, the peer speaks {theirs}; upgrade the older side")]
     VersionMismatch { ours: u16, theirs: u16 },
@@ -153,6 +153,11 @@ impl ProtoError {
             ProtoError::Io(_) | ProtoError::Closed | ProtoError::Timeout(..)
         )
     }
+}
+
+/// Bytes a foreign peer sent, shown as escaped text ("HTTP/1") so a human recognises it.
+fn printable(bytes: &[u8]) -> String {
+    format!("{:?}", String::from_utf8_lossy(bytes))
 }
 
 /// This crate's version string, sent in [`Hello`] and [`Welcome`].

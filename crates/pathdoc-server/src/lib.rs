@@ -53,7 +53,7 @@ impl Default for ServerConfig {
 pub enum ServiceError {
     #[error(transparent)]
     Proto(#[from] pathdoc_proto::ProtoError),
-    #[error("I/O error: {0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error("client request refused: {0}")]
     BadRequest(String),

@@ -54,16 +54,16 @@ impl Default for SpeedOptions {
 /// Why a test could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum SpeedError {
-    #[error("cannot reach the pathdoc server at {server}: {source}")]
+    #[error("cannot reach the pathdoc server at {server}")]
     Connect {
         server: SocketAddr,
         source: ProtoError,
     },
     #[error("the server refused the test: {0}")]
     Refused(String),
-    #[error("protocol error: {0}")]
+    #[error("protocol error")]
     Proto(#[from] ProtoError),
-    #[error("I/O error on a data stream: {0}")]
+    #[error("I/O error on a data stream")]
     Io(#[from] std::io::Error),
     #[error("the server stopped answering: {0}")]
     Lost(String),

@@ -79,28 +79,41 @@ pub fn run(args: CheckArgs, global: Global) -> anyhow::Result<i32> {
     };
     let mut report = Report::new("check", server.to_string());
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    runtime.block_on(async {
+    let (ran, could_not) = runtime.block_on(async {
+        let mut ran = 0;
+        let mut could_not = 0;
+        let mut record = |report: &mut Report, check: &str, result: anyhow::Result<()>| {
+            ran += 1;
+            if could_not_run(report, check, result) {
+                could_not += 1;
+            }
+        };
         // Short checks first; the idle check can take hours.
         if all || args.mtu {
             let r = super::check_mtu::run(&ctx, &args.mtu_opts, &mut report).await;
-            could_not_run(&mut report, "mtu", r);
+            record(&mut report, "mtu", r);
         }
         if all || args.throughput {
             let r = super::check_speed::run(&ctx, &args.throughput_opts, &mut report).await;
-            could_not_run(&mut report, "throughput", r);
+            record(&mut report, "throughput", r);
         }
         if all || args.idle {
             let r = super::check_idle::run(&ctx, &args.idle_opts, &mut report).await;
-            could_not_run(&mut report, "idle", r);
+            record(&mut report, "idle", r);
         }
+        (ran, could_not)
     });
     progress.finish();
-    Ok(output::print_report(&report, global))
+    let code = output::print_report(&report, global);
+    // Nothing could run at all (server unreachable, not a pathdoc server, refused): that is
+    // "could not run" for scripts, not an inconclusive diagnosis.
+    Ok(if ran > 0 && could_not == ran { 2 } else { code })
 }
 
 /// A check that could not run is reported as inconclusive with the reason, so the other
-/// checks' verdicts still reach the user.
-fn could_not_run(report: &mut Report, check: &str, result: anyhow::Result<()>) {
+/// checks' verdicts still reach the user. Returns whether the check failed to run.
+fn could_not_run(report: &mut Report, check: &str, result: anyhow::Result<()>) -> bool {
+    let failed = result.is_err();
     if let Err(e) = result {
         report.findings.push(
             pathdoc_core::Finding::new(
@@ -112,4 +125,5 @@ fn could_not_run(report: &mut Report, check: &str, result: anyhow::Result<()>) {
             .summary(format!("{e:#}")),
         );
     }
+    failed
 }
