@@ -111,7 +111,8 @@ fn udp_binding_timeout_is_found_and_inbound_traffic_refreshes_linux_conntrack() 
         "{r:#}"
     );
     assert_eq!(report["data"]["idle"]["udp"]["inbound_refresh"][1], 0);
-    // TCP state (600 s) is fine: no false TCP alarm from the UDP timeout.
-    assert_eq!(finding(&report, "tcp-idle-timeout")["status"], "pass");
+    // TCP state (600 s) is fine: no false TCP alarm from the UDP timeout. The run is shorter than
+    // RFC 5382's floor, so the TCP result is a lower bound (info), not a pass.
+    assert_eq!(finding(&report, "tcp-idle-timeout")["status"], "info");
     lab.down().unwrap();
 }

@@ -246,6 +246,17 @@ mtu = 1280
         "{hop_addr} is not hop2's: {hop2_addrs}"
     );
     assert_eq!(r["data"]["mtu"]["down"]["outcome"]["mtu"], 1280);
+
+    // Both kernels now cache a 1280-byte PMTU for this path. A second run must measure the path
+    // afresh (locating hop 2 again), not stop at the cached size and call it clean.
+    let (_, again, _) = check(&l, &["--mtu-bulk-ms", "0"]);
+    let up = &again["data"]["mtu"]["up"];
+    assert_eq!(up["outcome"]["kind"], "signalled", "{up}");
+    assert_eq!(up["outcome"]["mtu"], 1280);
+    assert_eq!(up["location"]["hop"], 2, "{up}");
+    assert_eq!(again["data"]["mtu"]["down"]["outcome"]["kind"], "signalled");
+    let notes = again["data"]["mtu"]["notes"].to_string();
+    assert!(notes.contains("cached path MTU of 1280"), "{notes}");
 }
 
 #[test]

@@ -214,10 +214,11 @@ pub async fn run_check(
     let mut round = 0u32;
     if let Some((addr, route_mtu)) = down_target {
         data.client_observed = Some(addr.to_string());
-        let max = route_mtu.map_or(opts.max_size, |m| {
-            opts.max_size.min(m.min(u32::from(u16::MAX)) as u16)
-        });
-        let mut search = Search::new(opts.min_size, max);
+        // Not capped at the server's route MTU: that may be a PMTU the kernel cached from an
+        // earlier too-big, and the point is to measure the path afresh. Probe sockets ignore the
+        // cache; sizes above the interface MTU come back as EMSGSIZE and cap the search.
+        note_cached_pmtu(&mut data, "server→client", route_mtu, opts.max_size);
+        let mut search = Search::new(opts.min_size, opts.max_size);
         let mut icmp = Vec::new();
         for _ in 0..opts.rounds {
             let sizes = search.next_sizes(8);
@@ -280,10 +281,13 @@ pub async fn run_check(
     tx.connect(server)?;
     pmtu::make_probe_socket(&tx)?;
     let overhead = pmtu::udp_overhead(&server);
-    let max = pmtu::route_mtu(&tx).map_or(opts.max_size, |m| {
-        opts.max_size.min(m.min(u32::from(u16::MAX)) as u16)
-    });
-    let mut search = Search::new(opts.min_size, max);
+    note_cached_pmtu(
+        &mut data,
+        "client→server",
+        pmtu::route_mtu(&tx).ok(),
+        opts.max_size,
+    );
+    let mut search = Search::new(opts.min_size, opts.max_size);
     let mut icmp = Vec::new();
     let mut next_id = 0u32;
     let mut up_round = 0u32;
@@ -723,5 +727,15 @@ mod tests {
         assert_eq!(rows[0].big.as_ref().unwrap().kind, IcmpKind::TimeExceeded);
         assert!(rows[0].small.is_none());
         assert_eq!(rows[1].big.as_ref().unwrap().mtu, Some(1280));
+    }
+}
+
+/// Record a PMTU the sender's kernel had already cached below the probe ceiling: the probes
+/// ignore it, but it tells the user an earlier transfer hit a smaller MTU on this path.
+fn note_cached_pmtu(data: &mut MtuData, direction: &str, route_mtu: Option<u32>, max: u16) {
+    if let Some(m) = route_mtu.filter(|&m| m > 0 && m < u32::from(max)) {
+        data.notes.push(format!(
+            "{direction}: the sender's kernel had a cached path MTU of {m} B (from an earlier ICMP too-big); probes ignore it and measure afresh"
+        ));
     }
 }
