@@ -685,6 +685,16 @@ async fn bulk_download(
     })
 }
 
+/// Record a PMTU the sender's kernel had already cached below the probe ceiling: the probes
+/// ignore it, but it tells the user an earlier transfer hit a smaller MTU on this path.
+fn note_cached_pmtu(data: &mut MtuData, direction: &str, route_mtu: Option<u32>, max: u16) {
+    if let Some(m) = route_mtu.filter(|&m| m > 0 && m < u32::from(max)) {
+        data.notes.push(format!(
+            "{direction}: the sender's kernel had a cached path MTU of {m} B (from an earlier ICMP too-big); probes ignore it and measure afresh"
+        ));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -727,15 +737,5 @@ mod tests {
         assert_eq!(rows[0].big.as_ref().unwrap().kind, IcmpKind::TimeExceeded);
         assert!(rows[0].small.is_none());
         assert_eq!(rows[1].big.as_ref().unwrap().mtu, Some(1280));
-    }
-}
-
-/// Record a PMTU the sender's kernel had already cached below the probe ceiling: the probes
-/// ignore it, but it tells the user an earlier transfer hit a smaller MTU on this path.
-fn note_cached_pmtu(data: &mut MtuData, direction: &str, route_mtu: Option<u32>, max: u16) {
-    if let Some(m) = route_mtu.filter(|&m| m > 0 && m < u32::from(max)) {
-        data.notes.push(format!(
-            "{direction}: the sender's kernel had a cached path MTU of {m} B (from an earlier ICMP too-big); probes ignore it and measure afresh"
-        ));
     }
 }
