@@ -28,6 +28,9 @@ enum Command {
     /// Run the far end of the checks (TCP and UDP on one port).
     Server(cmd::server::ServerArgs),
     /// Diagnose the path to a pathdoc server: MTU, throughput, idle timeouts.
+    #[command(
+        after_help = "Examples:\n  pathdoc check server.example.net           # all checks; the idle check takes up to 2 h 10 min\n  pathdoc check server.example.net --mtu     # one check (also --throughput, --idle)\n  pathdoc check 203.0.113.10:7224 --json     # versioned JSON for scripts (docs/output.md)\n\nExit codes: 0 no problem, 1 problem found, 2 could not run, 3 inconclusive."
+    )]
     Check(cmd::check::CheckArgs),
     /// Measure TCP throughput to a pathdoc server and name what limits it.
     Speed(cmd::speed::SpeedArgs),

@@ -11,6 +11,7 @@ use pathdoc_idle::{parse_duration, IdleConfig};
 use super::check::CheckContext;
 
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Idle-timeout check (--idle)")]
 pub struct IdleArgs {
     /// Longest idle time to test (RFC 5382 needs 2h4m; the default adds margin).
     #[arg(long, value_name = "DURATION", default_value = "2h10m", value_parser = parse_duration)]

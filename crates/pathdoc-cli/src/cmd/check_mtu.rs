@@ -10,6 +10,7 @@ use pathdoc_core::{Progress, Report};
 use super::check::CheckContext;
 
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Path-MTU check (--mtu)")]
 pub struct MtuArgs {
     /// Smallest IP datagram size the MTU search probes.
     #[arg(long = "mtu-min", default_value_t = 576, value_name = "BYTES")]

@@ -12,6 +12,7 @@ use super::check::CheckContext;
 use super::speed::{measure, parse_duration};
 
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Throughput check (--throughput)")]
 pub struct ThroughputArgs {
     /// Length of each direction's throughput test.
     #[arg(long = "throughput-time", default_value = "5s", value_parser = parse_duration)]
