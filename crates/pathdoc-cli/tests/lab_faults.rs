@@ -1,21 +1,24 @@
 //! End-to-end: the link faults a lab injects are what the topology says, measured with real
 //! traffic (ping, iperf3) through real kernel parts (nftables, tbf, the delay line).
 
-mod lab_common;
+mod support;
 
-use lab_common::{assert_nothing_left, binomial_bound, opts, Cleanup};
 use pathdoc_lab::traffic::{iperf3, ping};
 use pathdoc_lab::{Lab, Topology};
+use support::{assert_nothing_left, binomial_bound, opts, Cleanup};
+
+/// Lab prefix stem of this file: labs are `pdt-<test>-`.
+const STEM: &str = "pdt";
 
 #[test]
 fn random_and_burst_loss_match_the_setting() {
-    let _c = Cleanup::new("loss");
+    let _c = Cleanup::new(STEM, "loss");
     // 5 % random loss client → hop1 only; 2 of every 20 packets hop1 → server.
     let topo = Topology::from_toml(
         "[[hop]]\n[[link]]\n[link.up]\nloss_percent = 5.0\n[[link]]\n[link.up]\nburst_loss = { every_packets = 20, burst_packets = 2 }\n",
     )
     .unwrap();
-    let lab = Lab::up(&topo, &opts("loss")).unwrap();
+    let lab = Lab::up(&topo, &opts(STEM, "loss")).unwrap();
     // Random loss: only the requests cross the lossy direction; replies come back clean.
     let hop1 = lab.plan().host("hop1").unwrap().iface("lan0").unwrap().addr;
     let n = 2000u64;
@@ -40,14 +43,14 @@ fn random_and_burst_loss_match_the_setting() {
         p * s.transmitted as f64
     );
     lab.down().unwrap();
-    assert_nothing_left("loss", &[]);
+    assert_nothing_left(STEM, "loss", &[]);
 }
 
 #[test]
 fn tbf_rate_limits_each_direction() {
-    let _c = Cleanup::new("rate");
+    let _c = Cleanup::new(STEM, "rate");
     let topo = Topology::from_toml("[[hop]]\n[[link]]\n[[link]]\n[link.down]\nrate = \"50 Mbit/s\"\n[link.up]\nrate = \"20 Mbit/s\"\n").unwrap();
-    let lab = Lab::up(&topo, &opts("rate")).unwrap();
+    let lab = Lab::up(&topo, &opts(STEM, "rate")).unwrap();
     // tbf counts Ethernet frames (1514 bytes per 1448 bytes of TCP payload with timestamps).
     let goodput_share = 1448.0 / 1514.0;
     for (reverse, rate) in [(true, 50e6), (false, 20e6)] {
@@ -61,18 +64,18 @@ fn tbf_rate_limits_each_direction() {
         );
     }
     lab.down().unwrap();
-    assert_nothing_left("rate", &[]);
+    assert_nothing_left(STEM, "rate", &[]);
 }
 
 #[test]
 fn delay_line_sets_rtt_and_jitter() {
-    let _c = Cleanup::new("delay");
+    let _c = Cleanup::new(STEM, "delay");
     // Link 0: 15 ms each way. Link 1: 10 ms up, 10 ± 4 ms down.
     let topo = Topology::from_toml(
         "[[hop]]\n[[link]]\ndelay_ms = 15.0\n[[link]]\ndelay_ms = 10.0\n[link.down]\njitter_ms = 4.0\n",
     )
     .unwrap();
-    let lab = Lab::up(&topo, &opts("delay")).unwrap();
+    let lab = Lab::up(&topo, &opts(STEM, "delay")).unwrap();
     let pids: Vec<u32> = lab.state().processes.iter().map(|p| p.pid).collect();
     assert_eq!(pids.len(), 2, "one delay line per delayed link");
     let hop1 = lab.plan().host("hop1").unwrap().iface("lan0").unwrap().addr;
@@ -112,5 +115,5 @@ fn delay_line_sets_rtt_and_jitter() {
         s.rtt_mdev_ms
     );
     lab.down().unwrap();
-    assert_nothing_left("delay", &pids);
+    assert_nothing_left(STEM, "delay", &pids);
 }

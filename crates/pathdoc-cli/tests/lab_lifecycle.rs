@@ -2,13 +2,16 @@
 //! list/down/exec work across processes with versioned JSON; `down --all` removes orphans; bad
 //! input is a clear error.
 
-mod lab_common;
+mod support;
 
 use std::process::Command;
 
-use lab_common::{assert_nothing_left, opts, prefix, Cleanup};
 use pathdoc_lab::{Lab, Topology};
 use serde_json::Value;
+use support::{assert_nothing_left, opts, prefix, Cleanup};
+
+/// Lab prefix stem of this file: labs are `pdt-<test>-`.
+const STEM: &str = "pdt";
 
 fn pathdoc(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_pathdoc"))
@@ -24,9 +27,9 @@ fn pathdoc(args: &[&str]) -> (i32, String, String) {
 
 #[test]
 fn down_removes_namespaces_links_and_processes() {
-    let _c = Cleanup::new("down");
+    let _c = Cleanup::new(STEM, "down");
     let topo = Topology::from_toml("[[hop]]\nkind = \"nat\"\n[[link]]\ndelay_ms = 1.0\n").unwrap();
-    let lab = Lab::up(&topo, &opts("down")).unwrap();
+    let lab = Lab::up(&topo, &opts(STEM, "down")).unwrap();
     assert_eq!(
         lab.plan().namespaces().len(),
         4,
@@ -44,25 +47,29 @@ fn down_removes_namespaces_links_and_processes() {
     let td = lab.down().unwrap();
     assert_eq!(td.namespaces.len(), 4);
     drop(proc_);
-    assert_nothing_left("down", &pids);
+    assert_nothing_left(STEM, "down", &pids);
 }
 
 #[test]
 fn drop_and_panic_tear_down() {
-    let _c = Cleanup::new("panic");
+    let _c = Cleanup::new(STEM, "panic");
     let result = std::panic::catch_unwind(|| {
-        let lab = Lab::up(&Topology::scenario("modem-idle").unwrap(), &opts("panic")).unwrap();
+        let lab = Lab::up(
+            &Topology::scenario("modem-idle").unwrap(),
+            &opts(STEM, "panic"),
+        )
+        .unwrap();
         assert!(pathdoc_sys::netns::exists(lab.netns("hop1")));
         panic!("test failure inside a lab");
     });
     assert!(result.is_err());
-    assert_nothing_left("panic", &[]);
+    assert_nothing_left(STEM, "panic", &[]);
 }
 
 #[test]
 fn names_are_unique_and_validated() {
-    let _c = Cleanup::new("names");
-    let mut o = opts("names");
+    let _c = Cleanup::new(STEM, "names");
+    let mut o = opts(STEM, "names");
     o.name = Some("twin".into());
     let lab = Lab::up(&Topology::default(), &o).unwrap();
     let err = Lab::up(&Topology::default(), &o).unwrap_err().to_string();
@@ -77,13 +84,13 @@ fn names_are_unique_and_validated() {
         .to_string()
         .contains("client, server"));
     drop(lab);
-    assert_nothing_left("names", &[]);
+    assert_nothing_left(STEM, "names", &[]);
 }
 
 #[test]
 fn cli_up_status_exec_down_with_json() {
-    let _c = Cleanup::new("cli");
-    let p = prefix("cli");
+    let _c = Cleanup::new(STEM, "cli");
+    let p = prefix(STEM, "cli");
     let (code, out, err) = pathdoc(&[
         "lab",
         "up",
@@ -138,13 +145,13 @@ fn cli_up_status_exec_down_with_json() {
     let (code, _, err) = pathdoc(&["lab", "down", "one", "--prefix", &p]);
     assert_eq!(code, 2);
     assert!(err.contains("no lab named `one`"), "{err}");
-    assert_nothing_left("cli", &[]);
+    assert_nothing_left(STEM, "cli", &[]);
 }
 
 #[test]
 fn down_all_removes_orphans() {
-    let _c = Cleanup::new("orphan");
-    let p = prefix("orphan");
+    let _c = Cleanup::new(STEM, "orphan");
+    let p = prefix(STEM, "orphan");
     let (code, _, err) = pathdoc(&[
         "lab",
         "up",
@@ -176,7 +183,7 @@ fn down_all_removes_orphans() {
     let (code, out, err) = pathdoc(&["lab", "down", "--all", "--prefix", &p]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("removed 5 namespace(s)"), "{out}");
-    assert_nothing_left("orphan", &pids);
+    assert_nothing_left(STEM, "orphan", &pids);
 }
 
 #[test]

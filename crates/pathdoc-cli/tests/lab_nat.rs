@@ -1,13 +1,16 @@
 //! End-to-end: conntrack NAT hops. A strict NAT with a 3 s established timeout kills an idle TCP
 //! connection for good; a loose NAT rebuilds state from the client's next packet.
 
-mod lab_common;
+mod support;
 
 use std::time::Duration;
 
-use lab_common::{assert_nothing_left, opts, Cleanup};
 use pathdoc_lab::traffic::TcpPair;
 use pathdoc_lab::{Lab, Topology};
+use support::{assert_nothing_left, opts, Cleanup};
+
+/// Lab prefix stem of this file: labs are `pdt-<test>-`.
+const STEM: &str = "pdt";
 
 fn nat(strict: bool) -> Topology {
     Topology::from_toml(&format!(
@@ -18,8 +21,8 @@ fn nat(strict: bool) -> Topology {
 
 #[test]
 fn strict_nat_kills_idle_connections_for_good() {
-    let _c = Cleanup::new("natstrict");
-    let lab = Lab::up(&nat(true), &opts("natstrict")).unwrap();
+    let _c = Cleanup::new(STEM, "natstrict");
+    let lab = Lab::up(&nat(true), &opts(STEM, "natstrict")).unwrap();
     // The client's address is hidden: the server sees the NAT's.
     let mut short = TcpPair::open(&lab).unwrap();
     let mut long = TcpPair::open(&lab).unwrap();
@@ -45,13 +48,13 @@ fn strict_nat_kills_idle_connections_for_good() {
         "strict NAT must not rebuild state"
     );
     lab.down().unwrap();
-    assert_nothing_left("natstrict", &[]);
+    assert_nothing_left(STEM, "natstrict", &[]);
 }
 
 #[test]
 fn loose_nat_rebuilds_state_from_client_packets() {
-    let _c = Cleanup::new("natloose");
-    let lab = Lab::up(&nat(false), &opts("natloose")).unwrap();
+    let _c = Cleanup::new(STEM, "natloose");
+    let lab = Lab::up(&nat(false), &opts(STEM, "natloose")).unwrap();
     let mut pair = TcpPair::open(&lab).unwrap();
     std::thread::sleep(Duration::from_secs(5));
     assert!(
@@ -71,5 +74,5 @@ fn loose_nat_rebuilds_state_from_client_packets() {
         "and the connection works again"
     );
     lab.down().unwrap();
-    assert_nothing_left("natloose", &[]);
+    assert_nothing_left(STEM, "natloose", &[]);
 }

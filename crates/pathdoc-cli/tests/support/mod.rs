@@ -1,23 +1,37 @@
-//! Shared helpers of the lab end-to-end tests: unique prefixes, a cleanup guard that runs even
-//! when a test panics, and the "nothing is left behind" assertion.
+//! Shared support of the end-to-end tests: unique lab prefixes, a cleanup guard that runs even
+//! when a test panics, a `pathdoc server` guard that waits until it accepts connections, running
+//! the built binary with a deadline and reading its JSON report, and the "nothing is left behind"
+//! assertion. Each test binary uses a subset.
 
 #![allow(dead_code)]
 
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
-use pathdoc_lab::{state, LabOptions};
+use pathdoc_lab::{state, Lab, LabError, LabOptions, LabProcess, Topology};
+use serde_json::Value;
 
-/// Options for a test lab: its own prefix `pdt-<test>-`, delay lines run by the built binary.
-pub fn opts(test: &str) -> LabOptions {
+/// The built `pathdoc` binary.
+pub const PATHDOC: &str = env!("CARGO_BIN_EXE_pathdoc");
+
+/// Port the lab tests run `pathdoc server` on (the client's default port).
+pub const SERVER_PORT: u16 = 7224;
+
+/// Options for a test lab: its own prefix `<stem>-<test>-`, delay lines run by the built binary.
+/// `stem` is the test file's own (e.g. `pdt`, `pdi`), so prefixes stay unique per file and test.
+pub fn opts(stem: &str, test: &str) -> LabOptions {
     LabOptions {
         name: None,
-        prefix: prefix(test),
-        helper_exe: Some(PathBuf::from(env!("CARGO_BIN_EXE_pathdoc"))),
+        prefix: prefix(stem, test),
+        helper_exe: Some(PathBuf::from(PATHDOC)),
     }
 }
 
-pub fn prefix(test: &str) -> String {
-    format!("pdt-{test}-")
+pub fn prefix(stem: &str, test: &str) -> String {
+    format!("{stem}-{test}-")
 }
 
 /// Removes everything with the test's prefix when dropped (also on panic), after the `Lab`s
@@ -25,8 +39,8 @@ pub fn prefix(test: &str) -> String {
 pub struct Cleanup(pub String);
 
 impl Cleanup {
-    pub fn new(test: &str) -> Self {
-        let p = prefix(test);
+    pub fn new(stem: &str, test: &str) -> Self {
+        let p = prefix(stem, test);
         // A previous crashed run of the same test must not make this one fail.
         let _ = state::destroy_all(&p);
         Cleanup(p)
@@ -39,9 +53,187 @@ impl Drop for Cleanup {
     }
 }
 
+/// Wait (at most 10 s) until `addr` accepts a TCP connection made from `host`'s namespace.
+pub fn wait_listening(lab: &Lab, host: &str, addr: SocketAddr) {
+    let ns = lab.netns(host).to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let up = pathdoc_sys::netns::run_in_netns(&ns, || {
+            TcpStream::connect_timeout(&addr, Duration::from_millis(300))
+        })
+        .expect("enter the namespace");
+        if up.is_ok() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing listening at {addr} (seen from {host}) within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `pathdoc server` in the lab's server host, killed on drop (or by `Lab::down`).
+pub struct PathdocServer {
+    _process: LabProcess,
+    addr: SocketAddr,
+}
+
+impl PathdocServer {
+    /// Start it on [`SERVER_PORT`] and return once the client host can connect to it.
+    pub fn start(lab: &Lab) -> Self {
+        let mut cmd = lab.command("server", PATHDOC);
+        cmd.args(["server", "--listen", &format!("0.0.0.0:{SERVER_PORT}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let process = lab.spawn("server", cmd).expect("spawn pathdoc server");
+        let addr = SocketAddr::new(lab.addr("server"), SERVER_PORT);
+        wait_listening(lab, "client", addr);
+        PathdocServer {
+            _process: process,
+            addr,
+        }
+    }
+
+    /// `address:port` as the client passes it.
+    pub fn addr(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+/// A lab with `pathdoc server` running and the test's cleanup guard. Field order is drop order:
+/// the server dies before the lab, the lab before the cleanup sweep.
+pub struct ServerLab {
+    pub server: PathdocServer,
+    pub lab: Lab,
+    _cleanup: Cleanup,
+}
+
+impl ServerLab {
+    pub fn up(stem: &str, test: &str, topology: &Topology) -> Self {
+        let cleanup = Cleanup::new(stem, test);
+        let lab = Lab::up(topology, &opts(stem, test)).expect("lab up");
+        let server = PathdocServer::start(&lab);
+        ServerLab {
+            server,
+            lab,
+            _cleanup: cleanup,
+        }
+    }
+
+    /// Stop the server, then tear the lab down explicitly (the cleanup sweep still runs).
+    pub fn down(self) -> Result<(), LabError> {
+        let ServerLab {
+            server,
+            lab,
+            _cleanup,
+        } = self;
+        drop(server);
+        lab.down().map(|_| ())
+    }
+}
+
+/// Run a command to completion; panics (after killing it) if it is still running after
+/// `deadline`. Returns (exit code, stdout, stderr); both pipes are drained while it runs.
+pub fn run(mut cmd: Command, deadline: Duration) -> (i32, String, String) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if start.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not finish within {deadline:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (
+        status.code().unwrap_or(-1),
+        out.join().unwrap(),
+        err.join().unwrap(),
+    )
+}
+
+/// Parse a JSON report from stdout; the panic shows exit code, stdout and stderr when it is not.
+pub fn parse_report(code: i32, stdout: &str, stderr: &str) -> Value {
+    serde_json::from_str(stdout).unwrap_or_else(|e| {
+        panic!("no JSON report ({e}); exit {code}\nstdout: {stdout}\nstderr: {stderr}")
+    })
+}
+
+/// Run the built `pathdoc` with `args` in a lab host within `deadline`; returns (exit code,
+/// JSON report from stdout, wall seconds).
+pub fn run_json(lab: &Lab, host: &str, args: &[&str], deadline: Duration) -> (i32, Value, f64) {
+    let mut cmd = lab.command(host, PATHDOC);
+    cmd.args(args);
+    let start = Instant::now();
+    let (code, out, err) = run(cmd, deadline);
+    let secs = start.elapsed().as_secs_f64();
+    (code, parse_report(code, &out, &err), secs)
+}
+
+/// All findings of a report.
+pub fn findings(report: &Value) -> Vec<&Value> {
+    report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .collect()
+}
+
+/// The finding with this id, if the report has one.
+pub fn find<'a>(report: &'a Value, id: &str) -> Option<&'a Value> {
+    findings(report).into_iter().find(|f| f["id"] == id)
+}
+
+/// The finding with this id; panics with the whole report when there is none.
+pub fn finding<'a>(report: &'a Value, id: &str) -> &'a Value {
+    find(report, id).unwrap_or_else(|| panic!("no finding {id} in {report:#}"))
+}
+
+/// `id=status` of every finding, with the summary of those that are neither pass nor info: a
+/// compact view for assertion messages.
+pub fn ids(report: &Value) -> Vec<String> {
+    findings(report)
+        .into_iter()
+        .map(|f| {
+            let (id, status) = (f["id"].as_str().unwrap(), f["status"].as_str().unwrap());
+            match status {
+                "pass" | "info" => format!("{id}={status}"),
+                _ => format!("{id}={status} ({})", f["summary"].as_str().unwrap_or("")),
+            }
+        })
+        .collect()
+}
+
+/// A loopback port nobody listens on (bound, then released).
+pub fn free_loopback_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Assert that no namespace, state file or process of labs with this prefix remains.
-pub fn assert_nothing_left(test: &str, pids: &[u32]) {
-    let p = prefix(test);
+pub fn assert_nothing_left(stem: &str, test: &str, pids: &[u32]) {
+    let p = prefix(stem, test);
     let ns = pathdoc_sys::netns::list_with_prefix(&p);
     assert!(ns.is_empty(), "namespaces left behind: {ns:?}");
     assert!(state::list(&p).is_empty(), "state files left behind");
