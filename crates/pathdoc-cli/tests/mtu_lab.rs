@@ -2,139 +2,22 @@
 //! the lab's server namespace, `pathdoc check <server> --mtu --json` in the client namespace,
 //! and the JSON report is checked. Each test has its own lab prefix and cleans up on panic.
 
-use std::io::Read;
-use std::net::{SocketAddr, TcpStream};
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+mod support;
 
-use pathdoc_lab::{state, Lab, LabOptions, LabProcess, Topology};
+use std::time::Duration;
+
+use pathdoc_lab::Topology;
 use serde_json::Value;
+use support::{find, finding, ids, run_json, ServerLab};
 
-const PORT: u16 = 7224;
-
-/// Removes every lab with this prefix when dropped (also on panic), after the `Lab` itself.
-struct Cleanup(String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = state::destroy_all(&self.0);
-    }
-}
-
-struct MtuLab {
-    // Field order matters: the server dies before the lab, the lab before the cleanup sweep.
-    _server: LabProcess,
-    lab: Lab,
-    _cleanup: Cleanup,
-}
-
-fn start(test: &str, topo: &Topology) -> MtuLab {
-    let prefix = format!("pdt-{test}-");
-    let _ = state::destroy_all(&prefix);
-    let cleanup = Cleanup(prefix.clone());
-    let opts = LabOptions {
-        name: None,
-        prefix,
-        helper_exe: Some(env!("CARGO_BIN_EXE_pathdoc").into()),
-    };
-    let lab = Lab::up(topo, &opts).expect("lab up");
-    let mut cmd = lab.command("server", env!("CARGO_BIN_EXE_pathdoc"));
-    cmd.args(["server", "--listen", &format!("0.0.0.0:{PORT}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let server = lab.spawn("server", cmd).expect("spawn server");
-    let addr = SocketAddr::new(lab.addr("server"), PORT);
-    let ns = lab.netns("client").to_string();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let up = pathdoc_sys::netns::run_in_netns(&ns, || {
-            TcpStream::connect_timeout(&addr, Duration::from_millis(300))
-        })
-        .expect("enter client namespace");
-        if up.is_ok() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pathdoc server did not come up at {addr}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    MtuLab {
-        _server: server,
-        lab,
-        _cleanup: cleanup,
-    }
-}
+/// Lab prefix stem of this file: labs are `pdt-<test>-`.
+const STEM: &str = "pdt";
 
 /// Run the check in the client namespace; returns (exit code, report, seconds taken).
-fn check(l: &MtuLab, extra: &[&str]) -> (i32, Value, f64) {
-    let addr = SocketAddr::new(l.lab.addr("server"), PORT).to_string();
-    let mut cmd = l.lab.command("client", env!("CARGO_BIN_EXE_pathdoc"));
-    cmd.args(["check", &addr, "--mtu", "--json"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let start = Instant::now();
-    let mut child = cmd.spawn().expect("spawn check");
-    let deadline = start + Duration::from_secs(40);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("pathdoc check did not finish within 40 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let secs = start.elapsed().as_secs_f64();
-    let mut out = String::new();
-    let mut err = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    let report: Value = serde_json::from_str(&out)
-        .unwrap_or_else(|e| panic!("bad JSON ({e}): {out}\nstderr: {err}"));
-    (status.code().unwrap_or(-1), report, secs)
-}
-
-fn finding<'a>(report: &'a Value, id: &str) -> Option<&'a Value> {
-    report["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == id)
-}
-
-fn ids(report: &Value) -> Vec<String> {
-    report["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| match f["status"].as_str().unwrap() {
-            "pass" | "info" => format!(
-                "{}={}",
-                f["id"].as_str().unwrap(),
-                f["status"].as_str().unwrap()
-            ),
-            s => format!(
-                "{}={s} ({})",
-                f["id"].as_str().unwrap(),
-                f["summary"].as_str().unwrap_or("")
-            ),
-        })
-        .collect()
+fn check(l: &ServerLab, extra: &[&str]) -> (i32, Value, f64) {
+    let addr = l.server.addr();
+    let args = [&["check", addr.as_str(), "--mtu", "--json"], extra].concat();
+    run_json(&l.lab, "client", &args, Duration::from_secs(40))
 }
 
 fn commands(f: &Value) -> Vec<String> {
@@ -148,12 +31,16 @@ fn commands(f: &Value) -> Vec<String> {
 
 #[test]
 fn pmtu_blackhole_is_found_server_to_client_with_mtu_hop_and_fix() {
-    let l = start("mtubh", &Topology::scenario("pmtu-blackhole").unwrap());
+    let l = ServerLab::up(
+        STEM,
+        "mtubh",
+        &Topology::scenario("pmtu-blackhole").unwrap(),
+    );
     let (code, r, secs) = check(&l, &[]);
     assert_eq!(code, 1, "{:?}", ids(&r));
     assert!(secs < 10.0, "verdict took {secs:.1} s");
-    let bh = finding(&r, "pmtud-black-hole-down")
-        .unwrap_or_else(|| panic!("no black hole: {:?}", ids(&r)));
+    let bh =
+        find(&r, "pmtud-black-hole-down").unwrap_or_else(|| panic!("no black hole: {:?}", ids(&r)));
     assert_eq!(bh["status"], "fail");
     assert!(bh["title"].as_str().unwrap().contains("server→client"));
     let down = &r["data"]["mtu"]["down"];
@@ -169,9 +56,9 @@ fn pmtu_blackhole_is_found_server_to_client_with_mtu_hop_and_fix() {
     );
     assert!(cmds.iter().any(|c| c.contains("mtu lock 1420")), "{cmds:?}");
     // client→server is clean in this scenario: no false alarm there.
-    assert_eq!(finding(&r, "path-mtu-up").unwrap()["status"], "pass");
+    assert_eq!(finding(&r, "path-mtu-up")["status"], "pass");
     // The symptom: full-size downloads stall, reduced-MSS ones do not.
-    let stall = finding(&r, "bulk-download-stall")
+    let stall = find(&r, "bulk-download-stall")
         .unwrap_or_else(|| panic!("no stall finding: {:?}", ids(&r)));
     assert_eq!(stall["status"], "fail");
     assert_eq!(r["data"]["mtu"]["server_tcp_mtu_probing"], "0");
@@ -192,12 +79,12 @@ mtu = 1420
 "#,
     )
     .unwrap();
-    let l = start("mtumir", &topo);
+    let l = ServerLab::up(STEM, "mtumir", &topo);
     let (code, r, secs) = check(&l, &["--mtu-bulk-ms", "0"]);
     assert_eq!(code, 1, "{:?}", ids(&r));
     assert!(secs < 10.0, "verdict took {secs:.1} s");
-    let bh = finding(&r, "pmtud-black-hole-up")
-        .unwrap_or_else(|| panic!("no black hole: {:?}", ids(&r)));
+    let bh =
+        find(&r, "pmtud-black-hole-up").unwrap_or_else(|| panic!("no black hole: {:?}", ids(&r)));
     assert!(bh["title"].as_str().unwrap().contains("client→server"));
     assert_eq!(r["data"]["mtu"]["up"]["outcome"]["mtu"], 1420);
     assert_eq!(
@@ -205,11 +92,7 @@ mtu = 1420
         "{}",
         r["data"]["mtu"]["up"]
     );
-    assert!(
-        finding(&r, "pmtud-black-hole-down").is_none(),
-        "{:?}",
-        ids(&r)
-    );
+    assert!(find(&r, "pmtud-black-hole-down").is_none(), "{:?}", ids(&r));
 }
 
 #[test]
@@ -227,7 +110,7 @@ mtu = 1280
 "#,
     )
     .unwrap();
-    let l = start("mtu3h", &topo);
+    let l = ServerLab::up(STEM, "mtu3h", &topo);
     let (code, r, secs) = check(&l, &["--mtu-bulk-ms", "0"]);
     assert!(secs < 10.0, "verdict took {secs:.1} s");
     assert_eq!(code, 0, "PMTUD works on this path: {:?}", ids(&r));
@@ -262,10 +145,10 @@ mtu = 1280
 #[test]
 fn mss_clamp_on_a_hop_is_detected_with_its_value() {
     let topo = Topology::from_toml("[[hop]]\nmss_clamp = 1380\n[[hop]]\n").unwrap();
-    let l = start("mtumss", &topo);
+    let l = ServerLab::up(STEM, "mtumss", &topo);
     let (code, r, _) = check(&l, &["--mtu-bulk-ms", "0"]);
     assert_eq!(code, 0, "a clamp alone is not a fault: {:?}", ids(&r));
-    let up = finding(&r, "mss-clamped-up")
+    let up = find(&r, "mss-clamped-up")
         .unwrap_or_else(|| panic!("clamp not seen: {:?} {}", ids(&r), r["data"]["mtu"]["mss"]));
     assert_eq!(up["status"], "info");
     assert!(
@@ -273,7 +156,7 @@ fn mss_clamp_on_a_hop_is_detected_with_its_value() {
         "{}",
         up["title"]
     );
-    let down = finding(&r, "mss-clamped-down")
+    let down = find(&r, "mss-clamped-down")
         .unwrap_or_else(|| panic!("SYN-ACK clamp not seen: {:?}", ids(&r)));
     assert!(
         down["title"].as_str().unwrap().contains("→ 1380"),
@@ -284,7 +167,7 @@ fn mss_clamp_on_a_hop_is_detected_with_its_value() {
 
 #[test]
 fn clean_path_raises_no_alarm() {
-    let l = start("mtuok", &Topology::scenario("clean").unwrap());
+    let l = ServerLab::up(STEM, "mtuok", &Topology::scenario("clean").unwrap());
     let (code, r, secs) = check(&l, &[]);
     assert_eq!(code, 0, "{:?}", ids(&r));
     assert!(secs < 10.0, "verdict took {secs:.1} s");
@@ -296,5 +179,5 @@ fn clean_path_raises_no_alarm() {
     }
     assert_eq!(r["data"]["mtu"]["up"]["outcome"]["mtu"], 1500);
     assert_eq!(r["data"]["mtu"]["down"]["outcome"]["mtu"], 1500);
-    assert_eq!(finding(&r, "mss-up").unwrap()["status"], "pass");
+    assert_eq!(finding(&r, "mss-up")["status"], "pass");
 }

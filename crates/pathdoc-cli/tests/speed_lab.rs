@@ -4,148 +4,47 @@
 //! iperf3 as the reference peer. Tests run one at a time (they share two cores) and each lab
 //! has its own prefix and is removed on drop, also on panic.
 
-use std::io::Read;
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
+mod support;
+
+use std::net::SocketAddr;
+use std::process::Stdio;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use pathdoc_lab::{state, Lab, LabOptions, LabProcess, Topology};
+use pathdoc_lab::Topology;
 use serde_json::Value;
+use support::{finding, findings, ids, parse_report, run, run_json, wait_listening, ServerLab};
 
-const PORT: u16 = 7224;
+/// Lab prefix stem of this file: labs are `pdt-sp<test>-` (test names start with `sp`).
+const STEM: &str = "pdt";
 static SERIAL: Mutex<()> = Mutex::new(());
 
-struct Cleanup(String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = state::destroy_all(&self.0);
-    }
-}
-
-struct SpeedLab {
-    // Drop order: server process, then the lab, then the sweep.
-    _server: LabProcess,
-    lab: Lab,
-    _cleanup: Cleanup,
-}
-
-fn wait_port(lab: &Lab, addr: SocketAddr) {
-    let ns = lab.netns("client").to_string();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let up = pathdoc_sys::netns::run_in_netns(&ns, || {
-            TcpStream::connect_timeout(&addr, Duration::from_millis(300))
-        })
-        .expect("enter client namespace");
-        if up.is_ok() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "nothing listening at {addr}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn start(test: &str, topo: &Topology) -> SpeedLab {
-    let prefix = format!("pdt-sp{test}-");
-    let _ = state::destroy_all(&prefix);
-    let cleanup = Cleanup(prefix.clone());
-    let opts = LabOptions {
-        name: None,
-        prefix,
-        helper_exe: Some(env!("CARGO_BIN_EXE_pathdoc").into()),
-    };
-    let lab = Lab::up(topo, &opts).expect("lab up");
-    let mut cmd = lab.command("server", env!("CARGO_BIN_EXE_pathdoc"));
-    cmd.args(["server", "--listen", &format!("0.0.0.0:{PORT}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let server = lab.spawn("server", cmd).expect("spawn server");
-    wait_port(&lab, SocketAddr::new(lab.addr("server"), PORT));
-    SpeedLab {
-        _server: server,
-        lab,
-        _cleanup: cleanup,
-    }
-}
-
-/// Run a command to completion with a deadline; returns (exit code, stdout, stderr).
-fn run(mut cmd: Command, deadline: Duration) -> (i32, String, String) {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{cmd:?} did not finish within {deadline:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let (mut out, mut err) = (String::new(), String::new());
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    (status.code().unwrap_or(-1), out, err)
-}
-
-fn pathdoc(l: &SpeedLab, args: &[&str], deadline: Duration) -> (i32, Value) {
-    let mut cmd = l.lab.command("client", env!("CARGO_BIN_EXE_pathdoc"));
-    cmd.args(args);
-    let (code, out, err) = run(cmd, deadline);
-    let report: Value = serde_json::from_str(&out).unwrap_or_else(|e| {
-        panic!("no JSON report ({e}); exit {code}\nstdout: {out}\nstderr: {err}")
-    });
+/// `pathdoc speed <server> <extra> --json` from the client namespace; returns (exit code, report).
+fn speed(l: &ServerLab, extra: &[&str], deadline: Duration) -> (i32, Value) {
+    let addr = l.server.addr();
+    let args = [&["speed", addr.as_str()], extra, &["--json"]].concat();
+    let (code, report, _) = run_json(&l.lab, "client", &args, deadline);
     (code, report)
 }
 
-fn server_addr(l: &SpeedLab) -> String {
-    SocketAddr::new(l.lab.addr("server"), PORT).to_string()
-}
-
-fn findings(report: &Value) -> Vec<&Value> {
-    report["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .collect()
-}
-
-fn finding<'a>(report: &'a Value, id: &str) -> &'a Value {
-    findings(report)
-        .into_iter()
-        .find(|f| f["id"] == id)
-        .unwrap_or_else(|| panic!("no {id} finding in {report:#}"))
-}
-
-fn ids(report: &Value) -> Vec<String> {
-    findings(report)
-        .iter()
-        .map(|f| {
-            format!(
-                "{}:{}",
-                f["id"].as_str().unwrap(),
-                f["status"].as_str().unwrap()
-            )
-        })
-        .collect()
+/// `pathdoc check <server> --throughput --throughput-time 3s <extra> --json` from the client
+/// namespace, within 40 s; returns (exit code, report).
+fn check_throughput(l: &ServerLab, extra: &[&str]) -> (i32, Value) {
+    let addr = l.server.addr();
+    let args = [
+        &[
+            "check",
+            addr.as_str(),
+            "--throughput",
+            "--throughput-time",
+            "3s",
+        ],
+        extra,
+        &["--json"],
+    ]
+    .concat();
+    let (code, report, _) = run_json(&l.lab, "client", &args, Duration::from_secs(40));
+    (code, report)
 }
 
 fn directions(report: &Value) -> Vec<&Value> {
@@ -164,19 +63,12 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
 #[test]
 fn window_limited_download_names_the_window_bdp_and_sysctl() {
     let _g = lock();
-    let l = start("win", &Topology::scenario("window-limited").unwrap());
-    let (code, report) = pathdoc(
-        &l,
-        &[
-            "speed",
-            &server_addr(&l),
-            "--reverse",
-            "--time",
-            "4s",
-            "--json",
-        ],
-        Duration::from_secs(40),
+    let l = ServerLab::up(
+        STEM,
+        "spwin",
+        &Topology::scenario("window-limited").unwrap(),
     );
+    let (code, report) = speed(&l, &["--reverse", "--time", "4s"], Duration::from_secs(40));
     assert_eq!(code, 1, "a fault must exit 1: {:?}", ids(&report));
     let f = finding(&report, "receive-window-limited");
     assert_eq!(f["status"], "fail");
@@ -214,18 +106,14 @@ fn window_limited_download_names_the_window_bdp_and_sysctl() {
 #[test]
 fn lossy_long_fat_compare_cc_puts_bbr_well_ahead_of_cubic() {
     let _g = lock();
-    let l = start("llf", &Topology::scenario("lossy-long-fat").unwrap());
-    let (_, report) = pathdoc(
+    let l = ServerLab::up(
+        STEM,
+        "spllf",
+        &Topology::scenario("lossy-long-fat").unwrap(),
+    );
+    let (_, report) = speed(
         &l,
-        &[
-            "speed",
-            &server_addr(&l),
-            "--reverse",
-            "--time",
-            "4s",
-            "--compare-cc",
-            "--json",
-        ],
+        &["--reverse", "--time", "4s", "--compare-cc"],
         Duration::from_secs(60),
     );
     let f = finding(&report, "congestion-control-comparison");
@@ -264,13 +152,9 @@ fn tbf_link_rate_is_measured_within_five_percent_and_matches_iperf3() {
         "description = \"40 Mbit/s tbf\"\n[[hop]]\n[[link]]\n[[link]]\nrate = \"40 Mbit/s\"\n",
     )
     .unwrap();
-    let l = start("tbf", &topo);
+    let l = ServerLab::up(STEM, "sptbf", &topo);
     let rate = 40e6;
-    let (_, report) = pathdoc(
-        &l,
-        &["speed", &server_addr(&l), "--time", "5s", "--json"],
-        Duration::from_secs(40),
-    );
+    let (_, report) = speed(&l, &["--time", "5s"], Duration::from_secs(40));
     let d = directions(&report)[0];
     let goodput = d["goodput_bps"].as_f64().unwrap();
     let mss = d["sender"]["snd_mss"].as_f64().unwrap();
@@ -287,7 +171,7 @@ fn tbf_link_rate_is_measured_within_five_percent_and_matches_iperf3() {
         "Ethernet frame rate {frame} vs tbf {rate}"
     );
     assert!(
-        !ids(&report).iter().any(|i| i.ends_with(":fail")),
+        !findings(&report).iter().any(|f| f["status"] == "fail"),
         "{:?}",
         ids(&report)
     );
@@ -298,7 +182,11 @@ fn tbf_link_rate_is_measured_within_five_percent_and_matches_iperf3() {
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let _iperf_server = l.lab.spawn("server", srv).expect("iperf3 -s");
-    wait_port(&l.lab, SocketAddr::new(l.lab.addr("server"), 5201));
+    wait_listening(
+        &l.lab,
+        "client",
+        SocketAddr::new(l.lab.addr("server"), 5201),
+    );
     let mut cli = l.lab.command("client", "iperf3");
     cli.args([
         "-c",
@@ -309,9 +197,8 @@ fn tbf_link_rate_is_measured_within_five_percent_and_matches_iperf3() {
         "5",
         "-J",
     ]);
-    let (_, out, err) = run(cli, Duration::from_secs(30));
-    let iperf: Value =
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("iperf3 JSON: {e}: {err}"));
+    let (code, out, err) = run(cli, Duration::from_secs(30));
+    let iperf = parse_report(code, &out, &err);
     let iperf_rate = iperf["end"]["sum_received"]["bits_per_second"]
         .as_f64()
         .unwrap();
@@ -324,22 +211,13 @@ fn tbf_link_rate_is_measured_within_five_percent_and_matches_iperf3() {
 #[test]
 fn slow_lossy_duplex_reports_the_asymmetry_and_its_direction() {
     let _g = lock();
-    let l = start("dup", &Topology::scenario("slow-lossy-duplex").unwrap());
-    // The seed's hosts ran a loss-based TCP; with it the rate itself collapses one way.
-    let (code, report) = pathdoc(
-        &l,
-        &[
-            "check",
-            &server_addr(&l),
-            "--throughput",
-            "--throughput-time",
-            "3s",
-            "--throughput-cc",
-            "cubic",
-            "--json",
-        ],
-        Duration::from_secs(40),
+    let l = ServerLab::up(
+        STEM,
+        "spdup",
+        &Topology::scenario("slow-lossy-duplex").unwrap(),
     );
+    // The seed's hosts ran a loss-based TCP; with it the rate itself collapses one way.
+    let (code, report) = check_throughput(&l, &["--throughput-cc", "cubic"]);
     let summary: Vec<String> = directions(&report)
         .iter()
         .map(|d| {
@@ -360,20 +238,7 @@ fn slow_lossy_duplex_reports_the_asymmetry_and_its_direction() {
     let down = d.iter().find(|x| x["direction"] == "download").unwrap();
     assert!(up["goodput_bps"].as_f64().unwrap() < 0.5 * down["goodput_bps"].as_f64().unwrap());
     // With BBR (this machine's default) the rates stay close, but the one-way loss is named.
-    let (_, report) = pathdoc(
-        &l,
-        &[
-            "check",
-            &server_addr(&l),
-            "--throughput",
-            "--throughput-time",
-            "3s",
-            "--throughput-cc",
-            "bbr",
-            "--json",
-        ],
-        Duration::from_secs(40),
-    );
+    let (_, report) = check_throughput(&l, &["--throughput-cc", "bbr"]);
     let ids = ids(&report);
     let named = findings(&report).into_iter().any(|f| {
         (f["id"] == "loss-asymmetry" || f["id"] == "throughput-asymmetry")
@@ -385,19 +250,8 @@ fn slow_lossy_duplex_reports_the_asymmetry_and_its_direction() {
 #[test]
 fn clean_path_gives_no_unsupported_limit_verdict() {
     let _g = lock();
-    let l = start("cln", &Topology::scenario("clean").unwrap());
-    let (code, report) = pathdoc(
-        &l,
-        &[
-            "check",
-            &server_addr(&l),
-            "--throughput",
-            "--throughput-time",
-            "3s",
-            "--json",
-        ],
-        Duration::from_secs(40),
-    );
+    let l = ServerLab::up(STEM, "spcln", &Topology::scenario("clean").unwrap());
+    let (code, report) = check_throughput(&l, &[]);
     let bad: Vec<String> = findings(&report)
         .into_iter()
         .filter(|f| matches!(f["status"].as_str(), Some("warn" | "fail")))
