@@ -1,10 +1,14 @@
 //! Bad input and missing prerequisites give a clear message and the "could not run" exit code
 //! (2), never a panic or a hang. Loopback only.
 
+mod support;
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::{Command, Output};
 use std::time::Duration;
+
+use support::free_loopback_port;
 
 fn pathdoc(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pathdoc"))
@@ -50,11 +54,7 @@ fn unknown_scenario_lists_the_real_ones() {
 #[test]
 fn check_against_nothing_is_could_not_run_with_json_reason() {
     // Bind then drop: a port nobody listens on.
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_loopback_port();
     let out = pathdoc(&["check", &format!("127.0.0.1:{port}"), "--mtu", "--json"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
@@ -90,11 +90,7 @@ fn check_against_a_foreign_server_says_what_it_heard() {
 
 #[test]
 fn a_wrong_token_is_refused_with_the_reason() {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_loopback_port();
     let listen = format!("127.0.0.1:{port}");
     /// Kills the server even when an assertion fails.
     struct Kill(std::process::Child);

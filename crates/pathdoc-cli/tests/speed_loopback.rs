@@ -1,14 +1,14 @@
 //! `pathdoc speed` on loopback (no lab needed): byte mode is exact, bidirectional and parallel
 //! runs report both directions with intervals, bad input and an absent server fail cleanly.
 
-use std::io::Read;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+mod support;
+
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-
-const EXE: &str = env!("CARGO_BIN_EXE_pathdoc");
+use support::{free_loopback_port, parse_report, run, PATHDOC};
 
 struct Server(Child, SocketAddr);
 
@@ -19,17 +19,11 @@ impl Drop for Server {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn server() -> Server {
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let child = Command::new(EXE)
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_loopback_port())
+        .parse()
+        .unwrap();
+    let child = Command::new(PATHDOC)
         .args([
             "server",
             "--listen",
@@ -49,39 +43,11 @@ fn server() -> Server {
     Server(child, addr)
 }
 
+/// `pathdoc speed <args>` within 30 s; returns (exit code, stdout, stderr).
 fn speed(args: &[&str]) -> (i32, String, String) {
-    let mut child = Command::new(EXE)
-        .arg("speed")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
-            panic!("pathdoc speed {args:?} hung");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let (mut out, mut err) = (String::new(), String::new());
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    (status.code().unwrap_or(-1), out, err)
+    let mut cmd = Command::new(PATHDOC);
+    cmd.arg("speed").args(args);
+    run(cmd, Duration::from_secs(30))
 }
 
 fn dirs(report: &Value) -> &Vec<Value> {
@@ -102,7 +68,7 @@ fn byte_mode_delivers_exactly_the_requested_payload() {
         "2",
         "--json",
     ]);
-    let report: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+    let report = parse_report(code, &out, &err);
     assert!(code == 0 || code == 1, "{code} {err}");
     let d = &dirs(&report)[0];
     assert_eq!(d["direction"], "download");
@@ -114,7 +80,7 @@ fn byte_mode_delivers_exactly_the_requested_payload() {
 fn bidirectional_run_reports_both_directions_with_intervals_and_capped_duration() {
     let s = server();
     // Asks for 10 s; the server caps tests at 3 s.
-    let (_, out, err) = speed(&[
+    let (code, out, err) = speed(&[
         &s.1.to_string(),
         "--bidir",
         "--time",
@@ -123,7 +89,7 @@ fn bidirectional_run_reports_both_directions_with_intervals_and_capped_duration(
         "500ms",
         "--json",
     ]);
-    let report: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+    let report = parse_report(code, &out, &err);
     let d = dirs(&report);
     assert_eq!(d.len(), 2);
     for x in d {
@@ -153,7 +119,11 @@ fn bad_input_and_absent_server_fail_with_exit_2() {
     let (code, _, err) = speed(&[&s.1.to_string(), "--time", "1s", "--cc", "warp-drive"]);
     assert_eq!(code, 2);
     assert!(err.contains("warp-drive"), "{err}");
-    let (code, _, err) = speed(&[&format!("127.0.0.1:{}", free_port()), "--time", "1s"]);
+    let (code, _, err) = speed(&[
+        &format!("127.0.0.1:{}", free_loopback_port()),
+        "--time",
+        "1s",
+    ]);
     assert_eq!(code, 2);
     assert!(err.contains("cannot reach"), "{err}");
 }
