@@ -2,72 +2,23 @@
 //! cgnat-chain scenario (home NAT → carrier NAT, both real conntrack NATs) with the two
 //! timeouts set either way round; time scaled to seconds via the same flags users run.
 
+mod support;
+
 use std::time::Duration;
 
-use pathdoc_lab::{state, Lab, LabOptions, LabProcess, Topology};
+use pathdoc_lab::Topology;
 use serde_json::Value;
+use support::{finding, run_json, ServerLab};
 
-/// Removes everything with the test's prefix when dropped (also on panic).
-struct Cleanup(String);
+/// Lab prefix stem of this file: labs are `pdic-<test>-`.
+const STEM: &str = "pdic";
 
-impl Cleanup {
-    fn new(test: &str) -> Self {
-        let p = prefix(test);
-        let _ = state::destroy_all(&p);
-        Cleanup(p)
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = state::destroy_all(&self.0);
-    }
-}
-
-fn prefix(test: &str) -> String {
-    format!("pdic-{test}-")
-}
-
-fn opts(test: &str) -> LabOptions {
-    LabOptions {
-        name: None,
-        prefix: prefix(test),
-        helper_exe: Some(env!("CARGO_BIN_EXE_pathdoc").into()),
-    }
-}
-
-fn server(lab: &Lab) -> LabProcess {
-    let mut cmd = lab.command("server", env!("CARGO_BIN_EXE_pathdoc"));
-    cmd.args(["server", "--listen", "0.0.0.0:7224"]);
-    let p = lab.spawn("server", cmd).unwrap();
-    std::thread::sleep(Duration::from_millis(600));
-    p
-}
-
-fn check(lab: &Lab, args: &[&str]) -> (i32, Value) {
-    let out = lab
-        .command("client", env!("CARGO_BIN_EXE_pathdoc"))
-        .args(["--json", "check", &lab.addr("server").to_string(), "--idle"])
-        .args(args)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
-        panic!(
-            "bad JSON ({e}): {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.code().unwrap_or(-1), report)
-}
-
-fn finding<'a>(report: &'a Value, id: &str) -> &'a Value {
-    report["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == id)
-        .unwrap_or_else(|| panic!("no finding {id} in {report:#}"))
+/// Run the idle check from the client namespace; returns (exit code, report).
+fn check(l: &ServerLab, args: &[&str]) -> (i32, Value) {
+    let server = l.lab.addr("server").to_string();
+    let args = [&["--json", "check", server.as_str(), "--idle"], args].concat();
+    let (code, report, _) = run_json(&l.lab, "client", &args, Duration::from_secs(120));
+    (code, report)
 }
 
 /// cgnat-chain with the home NAT (hop 1) and carrier NAT (hop 2) timeouts overridden.
@@ -93,11 +44,9 @@ fn assert_bracket(seg: &Value, timeout: f64, what: &str) {
 }
 
 fn run_chain(test: &str, hop1: u32, hop2: u32) -> Value {
-    let _c = Cleanup::new(test);
-    let lab = Lab::up(&chain(hop1, hop2), &opts(test)).unwrap();
-    let _srv = server(&lab);
+    let l = ServerLab::up(STEM, test, &chain(hop1, hop2));
     let (code, report) = check(
-        &lab,
+        &l,
         &[
             "--idle-max",
             "16s",
@@ -111,7 +60,7 @@ fn run_chain(test: &str, hop1: u32, hop2: u32) -> Value {
     assert_eq!(path["routers"], 2, "{path:#}");
     assert_eq!(path["addrs"][0], "192.168.1.1", "{path:#}");
     assert_eq!(path["addrs"][1], "100.64.1.1", "{path:#}");
-    lab.down().unwrap();
+    l.down().unwrap();
     report
 }
 

@@ -1,84 +1,33 @@
 //! End-to-end tests of the UDP part of `pathdoc check --idle` (RFC 4787 REQ-5 binding timeout,
 //! REQ-6 inbound refresh) through a real conntrack NAT; time scaled to seconds.
 
+mod support;
+
 use std::time::Duration;
 
-use pathdoc_lab::{state, Lab, LabOptions, LabProcess, Topology};
+use pathdoc_lab::Topology;
 use serde_json::Value;
+use support::{finding, run_json, ServerLab};
 
-/// Removes everything with the test's prefix when dropped (also on panic).
-struct Cleanup(String);
+/// Lab prefix stem of this file: labs are `pdiu-<test>-`.
+const STEM: &str = "pdiu";
 
-impl Cleanup {
-    fn new(test: &str) -> Self {
-        let p = prefix(test);
-        let _ = state::destroy_all(&p);
-        Cleanup(p)
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = state::destroy_all(&self.0);
-    }
-}
-
-fn prefix(test: &str) -> String {
-    format!("pdiu-{test}-")
-}
-
-fn opts(test: &str) -> LabOptions {
-    LabOptions {
-        name: None,
-        prefix: prefix(test),
-        helper_exe: Some(env!("CARGO_BIN_EXE_pathdoc").into()),
-    }
-}
-
-fn server(lab: &Lab) -> LabProcess {
-    let mut cmd = lab.command("server", env!("CARGO_BIN_EXE_pathdoc"));
-    cmd.args(["server", "--listen", "0.0.0.0:7224"]);
-    let p = lab.spawn("server", cmd).unwrap();
-    std::thread::sleep(Duration::from_millis(600));
-    p
-}
-
-fn check(lab: &Lab, args: &[&str]) -> (i32, Value) {
-    let out = lab
-        .command("client", env!("CARGO_BIN_EXE_pathdoc"))
-        .args(["--json", "check", &lab.addr("server").to_string(), "--idle"])
-        .args(args)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
-        panic!(
-            "bad JSON ({e}): {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.code().unwrap_or(-1), report)
-}
-
-fn finding<'a>(report: &'a Value, id: &str) -> &'a Value {
-    report["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == id)
-        .unwrap_or_else(|| panic!("no finding {id} in {report:#}"))
+/// Run the idle check from the client namespace; returns (exit code, report).
+fn check(l: &ServerLab, args: &[&str]) -> (i32, Value) {
+    let server = l.lab.addr("server").to_string();
+    let args = [&["--json", "check", server.as_str(), "--idle"], args].concat();
+    let (code, report, _) = run_json(&l.lab, "client", &args, Duration::from_secs(120));
+    (code, report)
 }
 
 #[test]
 fn udp_binding_timeout_is_found_and_inbound_traffic_refreshes_linux_conntrack() {
-    let _c = Cleanup::new("udp");
     // conntrack: `udp` for unreplied flows, `udp_stream` once replied; set both.
     let topo = Topology::from_toml(
         "[[hop]]\nkind = \"nat\"\nconntrack = { tcp_established = 600, udp = 4, udp_stream = 4 }\n",
     )
     .unwrap();
-    let lab = Lab::up(&topo, &opts("udp")).unwrap();
-    let _srv = server(&lab);
+    let lab = ServerLab::up(STEM, "udp", &topo);
     let (code, report) = check(
         &lab,
         &[
