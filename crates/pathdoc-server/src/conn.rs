@@ -7,7 +7,7 @@ use pathdoc_proto::{
     read_preamble, write_preamble, Channel, FramedConn, Hello, HelloReply, ProtoError, Refusal,
     RefusalCode, Welcome,
 };
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::limits::AdmitError;
@@ -226,6 +226,20 @@ async fn refuse(conn: &mut FramedConn, code: RefusalCode, message: String) {
         write_preamble(conn.stream_mut()).await?;
         conn.send(&reply).await?;
         conn.stream_mut().shutdown().await.map_err(ProtoError::from)
+    })
+    .await;
+    // Closing with the client's Hello still unread would make the kernel answer with a RST,
+    // which can destroy the refusal before the client reads it. Read and discard what the
+    // client sends until it closes, bounded in time and bytes.
+    let mut sink = [0u8; 1024];
+    let mut drained = 0usize;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+        while drained < 64 * 1024 {
+            match conn.stream_mut().read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => drained += n,
+            }
+        }
     })
     .await;
 }
