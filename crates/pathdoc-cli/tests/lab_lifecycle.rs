@@ -248,3 +248,89 @@ fn example_topology_parses_and_plans() {
     );
     assert!(!topo.describe_faults().is_empty());
 }
+
+/// Ctrl-C in the middle of `pathdoc lab demo` (while pathdoc's own server and check run in the
+/// lab) removes the lab and ends every process it started, as a terminal's SIGINT to the whole
+/// foreground process group would.
+#[test]
+fn ctrl_c_during_the_demo_leaves_nothing_behind() {
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+
+    let _c = Cleanup::new(STEM, "sigint");
+    let p = prefix(STEM, "sigint");
+    let mut demo = Command::new(env!("CARGO_BIN_EXE_pathdoc"))
+        .args(["lab", "demo", "--only", "modem-idle", "--prefix", &p])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("start the demo");
+    let pgid = demo.id() as i32;
+
+    // Interrupt once pathdoc's server runs in the lab (the check is then under way).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let pids: Vec<u32> = loop {
+        let labs = pathdoc_lab::state::list(&p);
+        if let Some(st) = labs.first() {
+            if st
+                .processes
+                .iter()
+                .any(|x| x.what.contains(" server --listen"))
+            {
+                break st.processes.iter().map(|x| x.pid).collect();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the demo never started pathdoc's server in its lab"
+        );
+        assert!(
+            demo.try_wait().unwrap().is_none(),
+            "the demo ended before it could be interrupted"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill(2) with a negative pid signals our own child's process group.
+    assert_eq!(unsafe { libc::kill(-pgid, libc::SIGINT) }, 0);
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = demo.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the demo did not stop after Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(status.code(), Some(130), "interrupted demo exits 130");
+    // Processes in the lab's namespaces may take a moment to be reaped after the signal.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_nothing_left(STEM, "sigint", &pids);
+    let alive = live_processes_in_group(pgid);
+    assert!(
+        alive.is_empty(),
+        "processes of the interrupted demo still run: {alive:?}"
+    );
+}
+
+/// Processes of process group `pgid` that are still running (zombies, which have exited and
+/// only wait to be reaped by init, do not count), as "pid (comm) state".
+fn live_processes_in_group(pgid: i32) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter_map(|stat| {
+            // pid (comm) state ppid pgrp ...; comm may contain spaces, so split at the last ')'.
+            let (head, rest) = stat.rsplit_once(')')?;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let (state, group) = (*fields.first()?, fields.get(2)?.parse::<i32>().ok()?);
+            (group == pgid && state != "Z" && state != "X").then(|| format!("{head}) {state}"))
+        })
+        .collect()
+}

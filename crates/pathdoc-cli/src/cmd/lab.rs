@@ -352,6 +352,18 @@ fn exec(a: ExecArgs, prefix: &str) -> anyhow::Result<i32> {
 /// The lab the demo is currently running, so Ctrl-C can remove it.
 static DEMO_LAB: Mutex<Option<(String, String)>> = Mutex::new(None);
 
+/// Set by the Ctrl-C handler before it tears the lab down. A step that fails because the same
+/// signal killed its child processes is not a demo failure; the main thread then starts nothing
+/// new and leaves the exit (130) to the handler.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Called by the main thread once it has seen the interruption: wait for the handler to finish
+/// the teardown and exit, but never forever.
+fn wait_for_interrupt_handler() -> i32 {
+    std::thread::sleep(std::time::Duration::from_secs(30));
+    130
+}
+
 fn run_demo(a: DemoArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
     pathdoc_lab::preflight::check_for_up(true, false)?;
     pathdoc_lab::preflight::check_for_demo()?;
@@ -368,6 +380,7 @@ fn run_demo(a: DemoArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
     }
     let handler_prefix = prefix.to_string();
     ctrlc::set_handler(move || {
+        INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
         let current = DEMO_LAB.lock().map(|g| g.clone()).unwrap_or(None);
         if let Some((p, name)) = current {
             if let Ok(st) = state::load(&p, &name) {
@@ -417,6 +430,9 @@ fn run_demo(a: DemoArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
             lab.down()?;
             Ok(())
         })();
+        if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(wait_for_interrupt_handler());
+        }
         *DEMO_LAB.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let error = outcome.err().map(|e| e.to_string());
         if let Some(e) = &error {
