@@ -12,6 +12,7 @@ const STEM: &str = "pdt";
 
 #[test]
 fn random_and_burst_loss_match_the_setting() {
+    let _serial = support::serial();
     let _c = Cleanup::new(STEM, "loss");
     // 5 % random loss client → hop1 only; 2 of every 20 packets hop1 → server.
     let topo = Topology::from_toml(
@@ -48,6 +49,7 @@ fn random_and_burst_loss_match_the_setting() {
 
 #[test]
 fn tbf_rate_limits_each_direction() {
+    let _serial = support::serial();
     let _c = Cleanup::new(STEM, "rate");
     let topo = Topology::from_toml("[[hop]]\n[[link]]\n[[link]]\n[link.down]\nrate = \"50 Mbit/s\"\n[link.up]\nrate = \"20 Mbit/s\"\n").unwrap();
     let lab = Lab::up(&topo, &opts(STEM, "rate")).unwrap();
@@ -69,6 +71,7 @@ fn tbf_rate_limits_each_direction() {
 
 #[test]
 fn delay_line_sets_rtt_and_jitter() {
+    let _serial = support::serial();
     let _c = Cleanup::new(STEM, "delay");
     // Link 0: 15 ms each way. Link 1: 10 ms up, 10 ± 4 ms down.
     let topo = Topology::from_toml(

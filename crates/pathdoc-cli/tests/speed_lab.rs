@@ -62,6 +62,7 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
 
 #[test]
 fn window_limited_download_names_the_window_bdp_and_sysctl() {
+    let _serial = support::serial();
     let _g = lock();
     let l = ServerLab::up(
         STEM,
@@ -105,6 +106,7 @@ fn window_limited_download_names_the_window_bdp_and_sysctl() {
 
 #[test]
 fn lossy_long_fat_compare_cc_puts_bbr_well_ahead_of_cubic() {
+    let _serial = support::serial();
     let _g = lock();
     let l = ServerLab::up(
         STEM,
@@ -147,6 +149,7 @@ fn lossy_long_fat_compare_cc_puts_bbr_well_ahead_of_cubic() {
 /// matches real iperf3 on the same link.
 #[test]
 fn tbf_link_rate_is_measured_within_five_percent_and_matches_iperf3() {
+    let _serial = support::serial();
     let _g = lock();
     let topo = Topology::from_toml(
         "description = \"40 Mbit/s tbf\"\n[[hop]]\n[[link]]\n[[link]]\nrate = \"40 Mbit/s\"\n",
@@ -210,6 +213,7 @@ fn tbf_link_rate_is_measured_within_five_percent_and_matches_iperf3() {
 
 #[test]
 fn slow_lossy_duplex_reports_the_asymmetry_and_its_direction() {
+    let _serial = support::serial();
     let _g = lock();
     let l = ServerLab::up(
         STEM,
@@ -249,6 +253,7 @@ fn slow_lossy_duplex_reports_the_asymmetry_and_its_direction() {
 
 #[test]
 fn clean_path_gives_no_unsupported_limit_verdict() {
+    let _serial = support::serial();
     let _g = lock();
     let l = ServerLab::up(STEM, "spcln", &Topology::scenario("clean").unwrap());
     let (code, report) = check_throughput(&l, &[]);

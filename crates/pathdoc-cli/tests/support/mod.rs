@@ -273,3 +273,12 @@ pub fn assert_nothing_left(stem: &str, test: &str, pids: &[u32]) {
 pub fn binomial_bound(n: u64, p: f64) -> f64 {
     4.0 * (n as f64 * p * (1.0 - p)).sqrt()
 }
+
+/// Tests that measure time or throughput must not share the two cores with each other: each
+/// takes this guard first (the other tests of the same binary still run in parallel).
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
