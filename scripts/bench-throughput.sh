@@ -3,6 +3,7 @@
 # same machine state. Prints each pair and the ratio pathdoc/iperf3 (goodput, receiver side).
 #
 #   scripts/bench-throughput.sh [ROUNDS=3] [SECONDS=5]
+#   IPERF3_EXTRA=-Z scripts/bench-throughput.sh    # compare with iperf3's zero-copy mode too
 #
 # Needs iperf3 and python3. Builds pathdoc in release mode. Loopback only.
 set -euo pipefail
@@ -22,7 +23,8 @@ trap 'kill $PD_PID $IP_PID 2>/dev/null || true' EXIT
 sleep 1
 
 iperf_rate() { # streams
-  iperf3 -c 127.0.0.1 -p $IP_PORT -t "$SECS" -P "$1" -J |
+  # shellcheck disable=SC2086 # IPERF3_EXTRA is a list of flags
+  iperf3 -c 127.0.0.1 -p $IP_PORT -t "$SECS" -P "$1" ${IPERF3_EXTRA:-} -J |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"])'
 }
 pathdoc_rate() { # streams
