@@ -296,7 +296,7 @@ async fn drive(
             }
             _ = next_check.tick() => {
                 let now = Instant::now();
-                let bytes_done = spec.bytes.is_some() && streams.iter().all(|s| if s.sending { s.finished() && acked_all(s) } else { s.finished() });
+                let bytes_done = spec.bytes.is_some() && streams.iter().all(|s| if s.sending { s.delivered_all() } else { s.finished() });
                 if now >= end || bytes_done {
                     break Ok(());
                 }
@@ -353,11 +353,6 @@ async fn drive(
     stop_sent?;
     finished?;
     Ok((client_samples, server_samples))
-}
-
-fn acked_all(s: &RunningStream) -> bool {
-    s.sample()
-        .is_ok_and(|x| x.info.unacked == 0 && x.info.notsent_bytes == 0)
 }
 
 fn report_progress(
@@ -473,12 +468,18 @@ fn direction_result(
     let first = senders.first()?;
     let last = senders.last()?;
     let delta = |f: fn(&StreamSample) -> u64| sum(last, d, f).saturating_sub(sum(first, d, f));
-    let duration = last.t - first.t;
+    // By time: the interval between the first and last samples. By bytes: the whole transfer
+    // from the start (t0, before the streams began), since bytes sent before the first sample
+    // are part of the requested payload (at loopback speed that is several MiB).
+    let by_bytes = opts.bytes.is_some();
+    let duration = if by_bytes { last.t } else { last.t - first.t };
     // Acknowledged payload per stream, capped at what the application wrote: after the sender's
     // shutdown the peer's ACK of our FIN counts one extra sequence number in tcpi_bytes_acked.
     let payload: u64 = streams_of(last, d)
         .map(|x| {
-            let before = streams_of(first, d).find(|y| y.tag == x.tag);
+            let before = streams_of(first, d)
+                .find(|y| y.tag == x.tag)
+                .filter(|_| !by_bytes);
             let acked = x
                 .info
                 .bytes_acked

@@ -330,6 +330,16 @@ async fn run_one_test(
             _ = session.cancel.cancelled() => break Ok(()),
         }
     };
+    // In byte mode the client stops once it has read every byte; our last ACKs may still be in
+    // flight, and the final sample must count them, so wait (bounded) until all is acknowledged.
+    if spec.bytes.is_some() {
+        let patience = tokio::time::Instant::now() + Duration::from_secs(2);
+        while streams.iter().any(|s| s.sending && !s.delivered_all())
+            && tokio::time::Instant::now() < patience
+        {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
     // The state at the moment the client said stop: the end of the measured interval.
     let last = side_sample(&streams, t0, cpu0);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -1,10 +1,12 @@
 //! Bulk data hot loops, one OS thread per data stream, on blocking sockets.
 //!
-//! Sending uses `sendfile(2)` from a memfd filled once with pseudo-random bytes, which skips the
-//! user→kernel copy of every byte; receiving uses `recv(MSG_TRUNC)`, which discards the payload
-//! in the kernel instead of copying it out (the TCP stack still does all its work, ACKs, window
-//! updates). Both were measured against plain write/read in a reused buffer (see
-//! docs/benchmarks.md); `PATHDOC_SPEED_COPY=1` selects the copying variants for comparison.
+//! Sending writes from one reused buffer of non-repeating bytes; receiving uses
+//! `recv(MSG_TRUNC)`, which discards the payload in the kernel instead of copying it out (the TCP
+//! stack still does all its work, ACKs, window updates). Measured on loopback (docs/benchmarks.md):
+//! `sendfile(2)` from a memfd, the classic zero-copy send, was about half as fast as `write()`
+//! (page-sized fragments per segment cost more than one copy into large frags), while
+//! `MSG_TRUNC` beats `read()`. `PATHDOC_SPEED_SEND=sendfile` and `PATHDOC_SPEED_RECV=read` select
+//! the other variants for comparison on other hardware.
 //! Threads beat tokio tasks here: each loop is one blocking syscall after another with nothing
 //! to multiplex, and a socket timeout of [`POLL`] lets the loops notice the stop flag.
 
@@ -46,8 +48,14 @@ impl StopRule {
     }
 }
 
-fn use_copy() -> bool {
-    std::env::var_os("PATHDOC_SPEED_COPY").is_some_and(|v| v == "1")
+/// `PATHDOC_SPEED_SEND=sendfile`: send with sendfile(2) from a memfd instead of write().
+fn send_with_sendfile() -> bool {
+    std::env::var_os("PATHDOC_SPEED_SEND").is_some_and(|v| v == "sendfile")
+}
+
+/// `PATHDOC_SPEED_RECV=read`: receive with read() into a buffer instead of recv(MSG_TRUNC).
+fn recv_with_read() -> bool {
+    std::env::var_os("PATHDOC_SPEED_RECV").is_some_and(|v| v == "read")
 }
 
 /// A memfd of [`SOURCE_LEN`] non-repeating bytes (so no compression on the path flatters us).
@@ -84,10 +92,10 @@ pub fn run_sender(
     rule: &StopRule,
 ) -> io::Result<()> {
     stream.set_write_timeout(Some(POLL))?;
-    let result = if use_copy() {
-        send_copy(stream, counters, rule)
-    } else {
+    let result = if send_with_sendfile() {
         send_file(stream, counters, rule)
+    } else {
+        send_copy(stream, counters, rule)
     };
     let _ = stream.shutdown(std::net::Shutdown::Write);
     counters.finished.store(true, Ordering::Relaxed);
@@ -164,7 +172,7 @@ pub fn run_receiver(
     rule: &StopRule,
 ) -> io::Result<()> {
     stream.set_read_timeout(Some(POLL))?;
-    let result = if use_copy() {
+    let result = if recv_with_read() {
         recv_copy(stream, counters, rule)
     } else {
         recv_discard(stream, counters, rule)
@@ -279,6 +287,15 @@ impl RunningStream {
 
     pub fn finished(&self) -> bool {
         self.counters.finished.load(Ordering::Relaxed)
+    }
+
+    /// A sending stream whose loop ended and whose every byte the peer acknowledged: its
+    /// TCP_INFO now counts the whole payload as delivered.
+    pub fn delivered_all(&self) -> bool {
+        self.finished()
+            && self
+                .sample()
+                .is_ok_and(|x| x.info.unacked == 0 && x.info.notsent_bytes == 0)
     }
 
     /// Wait for the thread (it stops within [`POLL`] of the stop flag).
