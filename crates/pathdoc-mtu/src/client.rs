@@ -122,6 +122,27 @@ fn spawn_receiver(
     })
 }
 
+/// One direction's searched sizes and ICMP, classified (the location is filled in later).
+fn direction_data(direction: Direction, search: &Search, icmp: Vec<IcmpSeen>) -> DirectionData {
+    DirectionData {
+        direction,
+        max_probed: search.max(),
+        local_limit: search.local_limit(),
+        probes: rows_of(search.tallies()),
+        outcome: analysis::classify(search, &icmp),
+        icmp,
+        ttl_scan: Vec::new(),
+        location: None,
+    }
+}
+
+/// Too-big messages name the next-hop MTU: probe exactly there next.
+fn hint_from_icmp(search: &mut Search, seen: &[IcmpSeen]) {
+    for m in seen.iter().filter_map(|e| e.mtu) {
+        search.hint(m);
+    }
+}
+
 fn rows_of(tally: &std::collections::BTreeMap<u16, crate::search::Tally>) -> Vec<ProbeRow> {
     tally
         .iter()
@@ -254,24 +275,10 @@ pub async fn run_check(
             };
             tokio::time::sleep(Duration::from_millis(30)).await;
             tally_down(&mut search, &sent, &arrivals);
-            for e in &seen {
-                if let Some(m) = e.mtu {
-                    search.hint(m);
-                }
-            }
+            hint_from_icmp(&mut search, &seen);
             icmp.extend(seen);
         }
-        let outcome = analysis::classify(&search, &icmp);
-        data.down = Some(DirectionData {
-            direction: Direction::ServerToClient,
-            max_probed: search.max(),
-            local_limit: search.local_limit(),
-            probes: rows_of(search.tallies()),
-            icmp,
-            outcome,
-            ttl_scan: Vec::new(),
-            location: None,
-        });
+        data.down = Some(direction_data(Direction::ServerToClient, &search, icmp));
     } else {
         data.notes.push("server→client probes skipped: the server never saw the client's UDP datagram (UDP to the server port blocked?)".into());
     }
@@ -349,24 +356,10 @@ pub async fn run_check(
         for (size, (s, r)) in per {
             search.record(size, s, r);
         }
-        for e in &seen {
-            if let Some(m) = e.mtu {
-                search.hint(m);
-            }
-        }
+        hint_from_icmp(&mut search, &seen);
         icmp.extend(seen);
     }
-    let outcome = analysis::classify(&search, &icmp);
-    data.up = Some(DirectionData {
-        direction: Direction::ClientToServer,
-        max_probed: search.max(),
-        local_limit: search.local_limit(),
-        probes: rows_of(search.tallies()),
-        icmp,
-        outcome,
-        ttl_scan: Vec::new(),
-        location: None,
-    });
+    data.up = Some(direction_data(Direction::ClientToServer, &search, icmp));
 
     // --- where: TTL scans ---------------------------------------------------------------
     if opts.max_ttl > 0 {
