@@ -85,6 +85,15 @@ fn pattern(len: usize) -> Vec<u8> {
     v
 }
 
+/// A blocked call timed out (the socket timeout lets loops see the stop flag) or a signal
+/// interrupted it: try again.
+fn is_retry(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
 /// Send until the rule says stop, then shut down the write side so the receiver sees EOF.
 pub fn run_sender(
     stream: &TcpStream,
@@ -123,12 +132,10 @@ fn send_file(stream: &TcpStream, counters: &StreamCounters, rule: &StopRule) -> 
             unsafe { libc::sendfile(stream.as_raw_fd(), source.as_raw_fd(), &mut offset, want) };
         if n < 0 {
             let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::WouldBlock
-                | io::ErrorKind::TimedOut
-                | io::ErrorKind::Interrupted => continue,
-                _ => return Err(e),
+            if is_retry(&e) {
+                continue;
             }
+            return Err(e);
         }
         counters.bytes.fetch_add(n as u64, Ordering::Relaxed);
         if offset as usize >= SOURCE_LEN {
@@ -152,13 +159,7 @@ fn send_copy(mut stream: &TcpStream, counters: &StreamCounters, rule: &StopRule)
             Ok(n) => {
                 counters.bytes.fetch_add(n as u64, Ordering::Relaxed);
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) => {}
+            Err(e) if is_retry(&e) => {}
             Err(e) => return Err(e),
         }
     }
@@ -200,12 +201,10 @@ fn recv_discard(stream: &TcpStream, counters: &StreamCounters, rule: &StopRule) 
         }
         if n < 0 {
             let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::WouldBlock
-                | io::ErrorKind::TimedOut
-                | io::ErrorKind::Interrupted => continue,
-                _ => return Err(e),
+            if is_retry(&e) {
+                continue;
             }
+            return Err(e);
         }
         counters.bytes.fetch_add(n as u64, Ordering::Relaxed);
     }
@@ -220,13 +219,7 @@ fn recv_copy(mut stream: &TcpStream, counters: &StreamCounters, rule: &StopRule)
             Ok(n) => {
                 counters.bytes.fetch_add(n as u64, Ordering::Relaxed);
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) => {}
+            Err(e) if is_retry(&e) => {}
             Err(e) => return Err(e),
         }
     }
