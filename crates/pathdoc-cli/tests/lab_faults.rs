@@ -117,6 +117,46 @@ fn delay_line_sets_rtt_and_jitter() {
         "jitter (mdev) {:.2} ms for ±4 ms uniform",
         s.rtt_mdev_ms
     );
+    // TCP sees the same delay: the kernel's own RTT estimate of a connection over link 0.
+    let rtt_ms = tcp_min_rtt_ms(&lab, "client", "hop1", hop1.into());
+    assert!(
+        (rtt_ms - 30.0).abs() <= 2.0,
+        "TCP min RTT {rtt_ms:.2} ms, configured 30 ms"
+    );
     lab.down().unwrap();
     assert_nothing_left(STEM, "delay", &pids);
+}
+
+/// Open a TCP connection from `client` to a listener in `server` at `addr`, exchange a few
+/// round trips of data, and return the client kernel's minimum RTT (TCP_INFO) in ms.
+fn tcp_min_rtt_ms(lab: &Lab, client: &str, server: &str, addr: std::net::IpAddr) -> f64 {
+    use std::io::{Read, Write};
+    let at = std::net::SocketAddr::new(addr, 5411);
+    let listener =
+        pathdoc_sys::netns::run_in_netns(lab.netns(server), || std::net::TcpListener::bind(at))
+            .unwrap()
+            .unwrap();
+    let echo = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 100];
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 || s.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    let mut conn = pathdoc_sys::netns::run_in_netns(lab.netns(client), || {
+        std::net::TcpStream::connect_timeout(&at, std::time::Duration::from_secs(5))
+    })
+    .unwrap()
+    .unwrap();
+    let mut buf = [0u8; 100];
+    for _ in 0..5 {
+        conn.write_all(&[7u8; 100]).unwrap();
+        conn.read_exact(&mut buf).unwrap();
+    }
+    let info = pathdoc_sys::tcp_info::tcp_info(&conn).unwrap();
+    drop(conn);
+    echo.join().unwrap();
+    f64::from(info.min_rtt) / 1000.0
 }
