@@ -530,7 +530,7 @@ fn loss_finding(d: &DirectionResult, loss: f64) -> Finding {
 
 fn path_finding(d: &DirectionResult, rwnd: f64, sndbuf: f64, loss: f64) -> Finding {
     let mut f = Finding::new(CHECK, "link-limited", Status::Pass, format!(
-        "{}: no host-side limit found; the path's capacity sets the rate ({})",
+        "{}: no host-side limit found; the path sets the rate ({})",
         d.what(),
         format_rate(d.goodput_bps)
     ))
@@ -541,7 +541,14 @@ fn path_finding(d: &DirectionResult, rwnd: f64, sndbuf: f64, loss: f64) -> Findi
         if loss < LOSS_THRESHOLD {
             "loss was negligible".to_string()
         } else if !queue_building(d) {
-            format!("the {:.3} % loss is too rare to explain the rate (Mathis estimate {})", loss * 100.0, format_rate(mathis_rate(d.sender.snd_mss, d.mean_rtt_s(), loss) * f64::from(d.streams)))
+            let mathis = mathis_rate(d.sender.snd_mss, d.mean_rtt_s(), loss) * f64::from(d.streams);
+            if d.sender.congestion_control.eq_ignore_ascii_case("bbr") {
+                format!("the {:.3} % loss does not bound the rate: BBR does not back off on random loss (the Mathis model would allow a loss-based CUBIC or Reno about {})", loss * 100.0, format_rate(mathis))
+            } else if d.goodput_bps > mathis {
+                format!("the rate is above what the Mathis model allows for the {:.3} % loss ({}), so the loss is not what holds it", loss * 100.0, format_rate(mathis))
+            } else {
+                format!("the {:.3} % loss is too rare to explain the rate (Mathis estimate {})", loss * 100.0, format_rate(mathis))
+            }
         } else {
             format!("the {:.3} % retransmissions came with a queue building (RTT above its minimum), i.e. the bottleneck was full", loss * 100.0)
         }
