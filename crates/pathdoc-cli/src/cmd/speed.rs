@@ -49,26 +49,22 @@ pub struct SpeedArgs {
     pub interval: Duration,
 }
 
-/// Parse `10s`, `500ms`, `2m`, `1.5s` or a bare number of seconds.
+/// A test length or interval: the shared grammar (`10s`, `500ms`, `2m`, `1.5s`), plus a bare
+/// number of seconds as iperf3's `-t 10` has it. Longer than an hour is a typo (servers cap tests
+/// at 60 s by default).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (e.g. 10s, 500ms, 1m)"))?;
-    let secs = match unit.trim() {
-        "" | "s" => value,
-        "ms" => value / 1e3,
-        "m" | "min" => value * 60.0,
-        other => return Err(format!("unknown duration unit {other:?} (use ms, s or m)")),
+    let d = match s.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => Duration::from_secs_f64(secs),
+        Ok(_) => return Err(format!("{s:?} is not a duration (e.g. 10s, 500ms, 1m)")),
+        Err(_) => pathdoc_core::units::parse_duration(s)?,
     };
-    if !(secs > 0.0 && secs <= 86_400.0) {
-        return Err(format!("duration {s:?} must be positive and at most a day"));
+    if d.is_zero() || d > Duration::from_secs(3600) {
+        return Err(format!(
+            "duration {s:?} must be positive and at most an hour"
+        ));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }
 
 /// Parse a byte count with an optional SI (kB, MB, GB) or IEC (KiB, MiB, GiB) suffix.
