@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use pathdoc_core::{Finding, Report, Status};
+use pathdoc_core::{Finding, Remedy, Report, Status};
 
 use crate::Global;
 
@@ -51,10 +51,13 @@ pub fn render_compact(report: &Report) -> Vec<String> {
                 lines.push(format!("    {}: {}", e.name, e.value));
             }
             if let Some(r) = f.remedies.first() {
-                let fix = r.command.as_deref().unwrap_or(&r.description);
-                for (i, line) in fix.lines().enumerate() {
-                    let lead = if i == 0 { "fix: " } else { "     " };
-                    lines.push(format!("    {lead}{line}"));
+                // Where and what in words first, so a bare command is never shown without the
+                // host it belongs on.
+                lines.push(format!("    fix {}", remedy_headline(r)));
+                if let Some(cmd) = &r.command {
+                    for line in cmd.lines() {
+                        lines.push(format!("        {line}"));
+                    }
                 }
             }
         }
@@ -89,13 +92,32 @@ fn render_finding(s: &mut String, f: &Finding) {
     if !f.remedies.is_empty() {
         s.push_str("        fix:\n");
         for r in &f.remedies {
-            s.push_str(&format!("          - {}\n", r.description));
+            match &r.host {
+                Some(host) => s.push_str(&format!("          - {host}: {}\n", r.description)),
+                None => s.push_str(&format!("          - {}\n", r.description)),
+            }
             if let Some(c) = &r.command {
                 for line in c.lines() {
                     s.push_str(&format!("              {line}\n"));
                 }
             }
         }
+    }
+}
+
+/// Compact form: "on the server: raise …" — the host, then the first sentence of the description.
+fn remedy_headline(r: &Remedy) -> String {
+    let first = first_sentence(&r.description);
+    match &r.host {
+        Some(host) => format!("{host}: {first}"),
+        None => first.to_string(),
+    }
+}
+
+fn first_sentence(text: &str) -> &str {
+    match text.find(". ") {
+        Some(i) => &text[..=i],
+        None => text,
     }
 }
 

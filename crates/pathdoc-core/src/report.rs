@@ -123,9 +123,86 @@ impl Evidence {
     }
 }
 
+/// Which way along the path a finding applies. "Client" is the host that ran the pathdoc client
+/// command (or, for a capture, the side that opened the connection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Direction {
+    ClientToServer,
+    ServerToClient,
+    /// Both directions alike (e.g. a symmetric loss, an MSS clamp seen both ways).
+    Both,
+}
+
+impl Direction {
+    /// The arrow form used in titles: `client→server`.
+    pub fn arrow(self) -> &'static str {
+        match self {
+            Direction::ClientToServer => "client→server",
+            Direction::ServerToClient => "server→client",
+            Direction::Both => "both directions",
+        }
+    }
+}
+
+impl fmt::Display for Direction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.arrow())
+    }
+}
+
+/// The machine a remedy is applied on, so a user never runs a server fix on their laptop or is
+/// told to tune a box their ISP owns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Host {
+    /// The host that ran the pathdoc client command.
+    Client,
+    /// The host running `pathdoc server` (or the far end of a capture / SSH session).
+    Server,
+    /// The same change on both ends.
+    BothEnds,
+    /// A router or middlebox on the path, by hop number counted from the client when known.
+    Router {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hop: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        address: Option<String>,
+    },
+    /// Equipment the user does not control: ask the access provider.
+    Isp,
+    /// Anything else, named in words (e.g. "the sending application").
+    Other { name: String },
+}
+
+impl fmt::Display for Host {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Host::Client => f.write_str("on the client"),
+            Host::Server => f.write_str("on the server"),
+            Host::BothEnds => f.write_str("on both ends"),
+            Host::Router { hop, address } => {
+                f.write_str("on the router")?;
+                if let Some(h) = hop {
+                    write!(f, " at hop {h}")?;
+                }
+                if let Some(a) = address {
+                    write!(f, " ({a})")?;
+                }
+                Ok(())
+            }
+            Host::Isp => f.write_str("by your ISP"),
+            Host::Other { name } => write!(f, "on {name}"),
+        }
+    }
+}
+
 /// A concrete fix: what to do and, where there is one, the exact line to run or paste.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Remedy {
+    /// Where to apply it. Every remedy a check emits names its host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<Host>,
     pub description: String,
     /// A command, config line or rule, verbatim (`sysctl -w …`, `ServerAliveInterval 60`, an nft rule).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -135,9 +212,16 @@ pub struct Remedy {
 impl Remedy {
     pub fn new(description: impl Into<String>) -> Self {
         Remedy {
+            host: None,
             description: description.into(),
             command: None,
         }
+    }
+
+    /// The machine this remedy is applied on.
+    pub fn on(mut self, host: Host) -> Self {
+        self.host = Some(host);
+        self
     }
 
     pub fn with_command(mut self, command: impl Into<String>) -> Self {
@@ -154,6 +238,12 @@ pub struct Finding {
     /// Stable machine identifier, e.g. `tcp-idle-timeout`, `pmtud-black-hole`.
     pub id: String,
     pub status: Status,
+    /// The direction the finding is about, when it is about one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direction: Option<Direction>,
+    /// The hop (router count from the client) the finding locates, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hop: Option<u32>,
     /// One line: the diagnosis.
     pub title: String,
     /// A few sentences: what was seen and what it means (or, if inconclusive, why).
@@ -176,12 +266,24 @@ impl Finding {
             check: check.into(),
             id: id.into(),
             status,
+            direction: None,
+            hop: None,
             title: title.into(),
             summary: String::new(),
             requirement: None,
             evidence: Vec::new(),
             remedies: Vec::new(),
         }
+    }
+
+    pub fn direction(mut self, direction: Direction) -> Self {
+        self.direction = Some(direction);
+        self
+    }
+
+    pub fn hop(mut self, hop: u32) -> Self {
+        self.hop = Some(hop);
+        self
     }
 
     pub fn summary(mut self, summary: impl Into<String>) -> Self {
@@ -286,5 +388,27 @@ mod tests {
         assert_eq!(json["value"]["unit"], "bit/s goodput");
         assert_eq!(json["value"]["value"], 93.4e6);
         assert_eq!(e.value.to_string(), "93.4 Mbit/s goodput");
+    }
+
+    #[test]
+    fn direction_hop_and_remedy_host_serialize_as_fields() {
+        let f = Finding::new("mtu", "pmtud-black-hole", Status::Fail, "x")
+            .direction(Direction::ServerToClient)
+            .hop(2)
+            .remedy(Remedy::new("let ICMP through").on(Host::Router {
+                hop: Some(2),
+                address: Some("192.0.2.1".into()),
+            }));
+        let json = serde_json::to_value(&f).unwrap();
+        assert_eq!(json["direction"], "server-to-client");
+        assert_eq!(json["hop"], 2);
+        assert_eq!(json["remedies"][0]["host"]["kind"], "router");
+        assert_eq!(json["remedies"][0]["host"]["hop"], 2);
+        let back: Finding = serde_json::from_value(json).unwrap();
+        assert_eq!(back, f);
+        assert_eq!(
+            f.remedies[0].host.as_ref().unwrap().to_string(),
+            "on the router at hop 2 (192.0.2.1)"
+        );
     }
 }
