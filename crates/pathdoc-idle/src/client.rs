@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
+use tokio_util::sync::CancellationToken;
 
 use pathdoc_core::{Finding, Progress};
 use pathdoc_proto::{connect, Channel, CheckKind, FramedConn, ProtoError, SessionId};
@@ -554,7 +555,13 @@ fn overlaps_outage(
 }
 
 /// Run the idle check.
-pub async fn run(cfg: &IdleConfig, progress: &dyn Progress) -> Result<IdleResult, IdleError> {
+/// `cancel` is the user's Ctrl-C/SIGTERM: once it fires the check stops probing, releases its
+/// server session, and returns what it measured so far (marked interrupted) rather than an error.
+pub async fn run(
+    cfg: &IdleConfig,
+    progress: &dyn Progress,
+    _cancel: &CancellationToken,
+) -> Result<IdleResult, IdleError> {
     if cfg.resolution < Duration::from_millis(200) || cfg.horizon < cfg.resolution * 2 {
         return Err(IdleError::Config(format!(
             "need resolution ≥ 200 ms and horizon ≥ 2 × resolution (got {:?} and {:?})",

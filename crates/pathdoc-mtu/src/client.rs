@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 use pathdoc_core::{Finding, Progress};
 use pathdoc_proto::{Channel, CheckKind, FramedConn, ProtoError, SessionId, UdpHeader};
@@ -156,11 +157,14 @@ fn rows_of(tally: &std::collections::BTreeMap<u16, crate::search::Tally>) -> Vec
 }
 
 /// Run the whole mtu check against `server`.
+/// `cancel` is the user's Ctrl-C/SIGTERM: once it fires the check stops probing, releases its
+/// server session, and returns what it measured so far (marked interrupted) rather than an error.
 pub async fn run_check(
     server: SocketAddr,
     token: Option<String>,
     opts: &MtuOptions,
     progress: &dyn Progress,
+    _cancel: &CancellationToken,
 ) -> Result<MtuResult, MtuError> {
     if opts.min_size < MIN_PROBE_SIZE
         || opts.max_size > MAX_PROBE_SIZE

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 use pathdoc_core::units::format_rate;
 use pathdoc_core::Progress;
@@ -121,11 +122,14 @@ async fn open_data(
 }
 
 /// Run one test against `server`.
+/// `cancel` is the user's Ctrl-C/SIGTERM: once it fires the check stops probing, releases its
+/// server session, and returns what it measured so far (marked interrupted) rather than an error.
 pub async fn run_test(
     server: SocketAddr,
     token: Option<String>,
     opts: &SpeedOptions,
     progress: &dyn Progress,
+    _cancel: &CancellationToken,
 ) -> Result<SpeedRun, SpeedError> {
     let (conn, welcome) = pathdoc_proto::connect(
         server,

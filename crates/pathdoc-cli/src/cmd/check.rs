@@ -8,6 +8,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use anyhow::Context;
 use clap::Args;
 use pathdoc_core::Report;
+use tokio_util::sync::CancellationToken;
 
 use crate::progress::TerminalProgress;
 use crate::{output, Global};
@@ -66,6 +67,8 @@ pub struct CheckContext<'a> {
     pub server: SocketAddr,
     pub auth_token: Option<String>,
     pub progress: &'a TerminalProgress,
+    /// Fired by Ctrl-C/SIGTERM; each check stops and returns what it measured so far.
+    pub cancel: CancellationToken,
 }
 
 pub fn run(args: CheckArgs, global: Global) -> anyhow::Result<i32> {
@@ -76,6 +79,7 @@ pub fn run(args: CheckArgs, global: Global) -> anyhow::Result<i32> {
         server,
         auth_token: args.target.auth_token.clone(),
         progress: &progress,
+        cancel: CancellationToken::new(),
     };
     let mut report = Report::new("check", server.to_string());
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;

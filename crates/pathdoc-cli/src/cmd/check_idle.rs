@@ -55,7 +55,7 @@ pub async fn run(
     cfg.keepalive = !args.idle_no_keepalive;
     cfg.culprit = !args.idle_no_culprit;
     cfg.udp = !args.idle_no_udp;
-    let result = pathdoc_idle::run(&cfg, ctx.progress).await?;
+    let result = pathdoc_idle::run(&cfg, ctx.progress, &ctx.cancel).await?;
     report.findings.extend(result.findings);
     report.data.insert("idle".to_string(), result.data);
     Ok(())

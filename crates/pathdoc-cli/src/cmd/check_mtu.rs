@@ -52,9 +52,15 @@ pub async fn run(
     };
     ctx.progress
         .note("mtu: probing the path MTU both ways (a few seconds)");
-    let result = pathdoc_mtu::run_check(ctx.server, ctx.auth_token.clone(), &opts, ctx.progress)
-        .await
-        .with_context(|| format!("mtu check against {}", ctx.server))?;
+    let result = pathdoc_mtu::run_check(
+        ctx.server,
+        ctx.auth_token.clone(),
+        &opts,
+        ctx.progress,
+        &ctx.cancel,
+    )
+    .await
+    .with_context(|| format!("mtu check against {}", ctx.server))?;
     report.findings.extend(result.findings);
     report.data.insert(
         "mtu".to_string(),

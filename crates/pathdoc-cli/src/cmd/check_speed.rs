@@ -63,6 +63,7 @@ pub async fn run(
         &tests,
         args.compare_cc,
         ctx.progress,
+        &ctx.cancel,
         report,
     )
     .await

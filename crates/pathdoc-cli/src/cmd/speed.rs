@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use anyhow::{bail, Context};
 use clap::Args;
@@ -139,6 +140,7 @@ pub fn run(args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
         &[opts],
         args.compare_cc,
         &progress,
+        &CancellationToken::new(),
         &mut report,
     ));
     progress.finish();
@@ -154,6 +156,7 @@ pub async fn measure(
     tests: &[SpeedOptions],
     compare: bool,
     progress: &dyn Progress,
+    cancel: &CancellationToken,
     report: &mut Report,
 ) -> anyhow::Result<()> {
     let mut runs: Vec<SpeedRun> = Vec::new();
@@ -175,7 +178,7 @@ pub async fn measure(
                     .map(|c| format!(" with {c}"))
                     .unwrap_or_default()
             ));
-            let run = pathdoc_speed::run_test(server, token.clone(), &o, progress)
+            let run = pathdoc_speed::run_test(server, token.clone(), &o, progress, cancel)
                 .await
                 .with_context(|| format!("throughput test ({})", mode_label(o.mode)))?;
             for d in &run.directions {

@@ -30,8 +30,11 @@ pub fn opts(stem: &str, test: &str) -> LabOptions {
     }
 }
 
+/// `PATHDOC_TEST_NS_TAG` (optional) goes first so two checkouts can run the same tests on one
+/// machine at once without tearing down each other's namespaces.
 pub fn prefix(stem: &str, test: &str) -> String {
-    format!("{stem}-{test}-")
+    let tag = std::env::var("PATHDOC_TEST_NS_TAG").unwrap_or_default();
+    format!("{tag}{stem}-{test}-")
 }
 
 /// Removes everything with the test's prefix when dropped (also on panic), after the `Lab`s
