@@ -158,7 +158,9 @@ impl Lab {
         topology.validate()?;
         preflight::check_for_up(topology.needs_tc(), false)?;
         preflight::require_tools(&["ping"])?;
-        validate_ident(&opts.prefix, "prefix", 16)?;
+        // Namespace names have no tight limit (interfaces are created inside them with fixed
+        // names); 32 leaves room for a `PATHDOC_TEST_NS_TAG` before a test's own prefix.
+        validate_ident(&opts.prefix, "prefix", 32)?;
         let name = opts.name.clone().unwrap_or_else(random_name);
         validate_ident(&name, "lab name", 16)?;
         let lab_id = format!("{}{}", opts.prefix, name);
