@@ -166,6 +166,31 @@ pub async fn run_check(
     progress: &dyn Progress,
     _cancel: &CancellationToken,
 ) -> Result<MtuResult, MtuError> {
+    validate(opts)?;
+    // Phase 1: the control connection (small MSS) and the server's sysctl.
+    let mut run = MtuRun::connect(server, token, opts, progress).await?;
+    // Phase 2: the size search in each direction.
+    run.search_down().await?;
+    run.search_up().await?;
+    // Phase 3: where the MTU drops, in each direction that has a drop.
+    if opts.max_ttl > 0 {
+        run.locate_up().await?;
+        run.locate_down().await?;
+    }
+    // Phase 4: MSS as it arrives each way, then the symptom (a timed bulk download).
+    if !opts.skip_mss {
+        run.compare_mss().await;
+    }
+    if !opts.bulk.is_zero() {
+        run.time_downloads().await;
+    }
+    // Phase 5: release the session and judge.
+    let data = run.finish().await;
+    let findings = verdict::findings(&data);
+    Ok(MtuResult { findings, data })
+}
+
+fn validate(opts: &MtuOptions) -> Result<(), MtuError> {
     if opts.min_size < MIN_PROBE_SIZE
         || opts.max_size > MAX_PROBE_SIZE
         || opts.min_size > opts.max_size
@@ -182,76 +207,136 @@ pub async fn run_check(
             "attempts must be 1..={MAX_ATTEMPTS} and the wait at most {MAX_WAIT_MS} ms"
         )));
     }
-    progress.status("mtu: connecting");
-    // The control connection must cross the very black hole it diagnoses: a small MSS in our SYN
-    // keeps the server's replies in small segments (RFC 879's 536 fits any IPv4 or IPv6 path).
-    let stream = connect_with_mss(server, Some(CONTROL_MSS), opts.connect_timeout).await?;
-    let (mut conn, welcome) = pathdoc_proto::handshake(
-        stream,
-        token.clone(),
-        Channel::Control {
-            check: CheckKind::Mtu,
-            resume: None,
-        },
-        opts.connect_timeout,
-    )
-    .await?;
-    let session = welcome.session;
-    let ipv6 = server.is_ipv6();
-    let mut data = MtuData {
-        server: server.to_string(),
-        ipv6,
-        ..Default::default()
-    };
-    if let Reply::Started { tcp_mtu_probing } = ask(&mut conn, &Request::Start).await? {
-        data.server_tcp_mtu_probing = tcp_mtu_probing;
-    }
-    let wait_ms = opts.wait.as_millis() as u32;
+    Ok(())
+}
 
-    // --- server → client ---------------------------------------------------------------
-    progress.status("mtu: opening the server→client probe path");
-    let rx = UdpSocket::bind(unspecified_like(&server))?;
-    rx.set_nonblocking(true)?;
-    let rx = tokio::net::UdpSocket::from_std(rx)?;
-    let mut open = Vec::new();
-    UdpHeader {
-        session,
-        kind: KIND_OPEN,
-    }
-    .encode(&mut open);
-    open.extend_from_slice(&[0u8; 8]);
-    let mut down_target = None;
-    let open_deadline = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < open_deadline {
-        let _ = rx.send_to(&open, server).await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if let Reply::DownTarget {
-            client_udp: Some(addr),
-            route_mtu,
-        } = ask(&mut conn, &Request::DownTarget).await?
-        {
-            down_target = Some((addr, route_mtu));
-            break;
+/// One run's connection to the server and everything measured so far.
+struct MtuRun<'a> {
+    server: SocketAddr,
+    token: Option<String>,
+    opts: &'a MtuOptions,
+    progress: &'a dyn Progress,
+    conn: FramedConn,
+    session: SessionId,
+    data: MtuData,
+    /// Server→client rounds so far (the server numbers its probes by round).
+    down_round: u32,
+    /// The client's probe socket and its round/id counters (client→server).
+    up: Option<UpSender>,
+    receiver: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// The client's DF probe socket towards the server.
+struct UpSender {
+    sock: UdpSocket,
+    overhead: usize,
+    round: u32,
+    next_id: u32,
+}
+
+impl<'a> MtuRun<'a> {
+    async fn connect(
+        server: SocketAddr,
+        token: Option<String>,
+        opts: &'a MtuOptions,
+        progress: &'a dyn Progress,
+    ) -> Result<MtuRun<'a>, MtuError> {
+        progress.status("mtu: connecting");
+        // The control connection must cross the very black hole it diagnoses: a small MSS in our
+        // SYN keeps the server's replies in small segments (RFC 879's 536 fits any IPv4 or IPv6
+        // path).
+        let stream = connect_with_mss(server, Some(CONTROL_MSS), opts.connect_timeout).await?;
+        let (mut conn, welcome) = pathdoc_proto::handshake(
+            stream,
+            token.clone(),
+            Channel::Control {
+                check: CheckKind::Mtu,
+                resume: None,
+            },
+            opts.connect_timeout,
+        )
+        .await?;
+        let mut data = MtuData {
+            server: server.to_string(),
+            ipv6: server.is_ipv6(),
+            ..Default::default()
+        };
+        if let Reply::Started { tcp_mtu_probing } = ask(&mut conn, &Request::Start).await? {
+            data.server_tcp_mtu_probing = tcp_mtu_probing;
         }
+        Ok(MtuRun {
+            server,
+            token,
+            opts,
+            progress,
+            conn,
+            session: welcome.session,
+            data,
+            down_round: 0,
+            up: None,
+            receiver: None,
+        })
     }
-    let arrivals: Arrivals = Arc::default();
-    let receiver = spawn_receiver(rx, session, arrivals.clone());
-    let mut round = 0u32;
-    if let Some((addr, route_mtu)) = down_target {
-        data.client_observed = Some(addr.to_string());
+
+    fn wait_ms(&self) -> u32 {
+        self.opts.wait.as_millis() as u32
+    }
+
+    /// Open the server→client path (our UDP datagram opens any NAT mapping and tells the server
+    /// where to send), then search sizes with server-sent probes.
+    async fn search_down(&mut self) -> Result<(), MtuError> {
+        self.progress
+            .status("mtu: opening the server→client probe path");
+        let rx = UdpSocket::bind(unspecified_like(&self.server))?;
+        rx.set_nonblocking(true)?;
+        let rx = tokio::net::UdpSocket::from_std(rx)?;
+        let mut open = Vec::new();
+        UdpHeader {
+            session: self.session,
+            kind: KIND_OPEN,
+        }
+        .encode(&mut open);
+        open.extend_from_slice(&[0u8; 8]);
+        let mut down_target = None;
+        let open_deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < open_deadline {
+            let _ = rx.send_to(&open, self.server).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if let Reply::DownTarget {
+                client_udp: Some(addr),
+                route_mtu,
+            } = ask(&mut self.conn, &Request::DownTarget).await?
+            {
+                down_target = Some((addr, route_mtu));
+                break;
+            }
+        }
+        let arrivals: Arrivals = Arc::default();
+        self.receiver = Some(spawn_receiver(rx, self.session, arrivals.clone()));
+        let Some((addr, route_mtu)) = down_target else {
+            self.data.notes.push("server→client probes skipped: the server never saw the client's UDP datagram (UDP to the server port blocked?)".into());
+            return Ok(());
+        };
+        self.data.client_observed = Some(addr.to_string());
         // Not capped at the server's route MTU: that may be a PMTU the kernel cached from an
         // earlier too-big, and the point is to measure the path afresh. Probe sockets ignore the
         // cache; sizes above the interface MTU come back as EMSGSIZE and cap the search.
-        note_cached_pmtu(&mut data, "server→client", route_mtu, opts.max_size);
-        let mut search = Search::new(opts.min_size, opts.max_size);
+        note_cached_pmtu(
+            &mut self.data,
+            "server→client",
+            route_mtu,
+            self.opts.max_size,
+        );
+        let mut search = Search::new(self.opts.min_size, self.opts.max_size);
         let mut icmp = Vec::new();
-        for _ in 0..opts.rounds {
+        for _ in 0..self.opts.rounds {
             let sizes = search.next_sizes(8);
             if sizes.is_empty() {
                 break;
             }
-            round += 1;
-            progress.status(&format!(
+            self.down_round += 1;
+            let round = self.down_round;
+            self.progress.status(&format!(
                 "mtu: server→client round {round}: {} sizes",
                 sizes.len()
             ));
@@ -259,12 +344,13 @@ pub async fn run_check(
                 .iter()
                 .map(|&size| ProbeSpec { size, ttl: None })
                 .collect();
+            let wait_ms = self.wait_ms();
             let reply = ask(
-                &mut conn,
+                &mut self.conn,
                 &Request::ProbeDown {
                     round,
                     probes,
-                    attempts: opts.attempts,
+                    attempts: self.opts.attempts,
                     wait_ms,
                 },
             )
@@ -282,216 +368,269 @@ pub async fn run_check(
             hint_from_icmp(&mut search, &seen);
             icmp.extend(seen);
         }
-        data.down = Some(direction_data(Direction::ServerToClient, &search, icmp));
-    } else {
-        data.notes.push("server→client probes skipped: the server never saw the client's UDP datagram (UDP to the server port blocked?)".into());
+        self.data.down = Some(direction_data(Direction::ServerToClient, &search, icmp));
+        Ok(())
     }
 
-    // --- client → server ---------------------------------------------------------------
-    let tx = UdpSocket::bind(unspecified_like(&server))?;
-    tx.connect(server)?;
-    pmtu::make_probe_socket(&tx)?;
-    let overhead = pmtu::udp_overhead(&server);
-    note_cached_pmtu(
-        &mut data,
-        "client→server",
-        pmtu::route_mtu(&tx).ok(),
-        opts.max_size,
-    );
-    let mut search = Search::new(opts.min_size, opts.max_size);
-    let mut icmp = Vec::new();
-    let mut next_id = 0u32;
-    let mut up_round = 0u32;
-    for _ in 0..opts.rounds {
-        let sizes = search.next_sizes(8);
-        if sizes.is_empty() {
-            break;
-        }
-        up_round += 1;
-        progress.status(&format!(
-            "mtu: client→server round {up_round}: {} sizes",
-            sizes.len()
-        ));
-        let _ = pmtu::drain_error_queue(&tx);
-        let mut sent: Vec<(u32, u16, bool)> = Vec::new();
-        for &size in &sizes {
-            for _ in 0..opts.attempts {
-                next_id += 1;
-                let d = probe_datagram(
-                    session,
-                    KIND_UP_PROBE,
-                    ProbeFields {
-                        round: up_round,
-                        id: next_id,
-                        size,
-                        ttl: 64,
-                    },
-                    overhead,
-                );
-                let local = match send_probe(&tx, &d) {
-                    Ok(()) => false,
-                    Err(too_big) => {
-                        if too_big {
-                            search.record_local_limit(size);
-                        }
-                        true
-                    }
-                };
-                sent.push((next_id, size, local));
-            }
-        }
-        tokio::time::sleep(opts.wait).await;
-        let seen = icmp_list(&pmtu::drain_error_queue(&tx)?);
-        let Reply::UpReceived { ids, .. } =
-            ask(&mut conn, &Request::UpReceived { round: up_round }).await?
-        else {
-            return Err(MtuError::Unexpected("expected up-received".into()));
+    /// Search sizes client→server from our own DF socket; the server reports which ids arrived.
+    async fn search_up(&mut self) -> Result<(), MtuError> {
+        let tx = UdpSocket::bind(unspecified_like(&self.server))?;
+        tx.connect(self.server)?;
+        pmtu::make_probe_socket(&tx)?;
+        let overhead = pmtu::udp_overhead(&self.server);
+        note_cached_pmtu(
+            &mut self.data,
+            "client→server",
+            pmtu::route_mtu(&tx).ok(),
+            self.opts.max_size,
+        );
+        let mut up = UpSender {
+            sock: tx,
+            overhead,
+            round: 0,
+            next_id: 0,
         };
-        let ids: HashSet<u32> = ids.into_iter().collect();
-        let mut per: HashMap<u16, (u32, u32)> = HashMap::new();
-        for (id, size, local) in sent {
-            if local {
-                continue;
+        let mut search = Search::new(self.opts.min_size, self.opts.max_size);
+        let mut icmp = Vec::new();
+        for _ in 0..self.opts.rounds {
+            let sizes = search.next_sizes(8);
+            if sizes.is_empty() {
+                break;
             }
-            let e = per.entry(size).or_default();
-            e.0 += 1;
-            e.1 += u32::from(ids.contains(&id));
-        }
-        for (size, (s, r)) in per {
-            search.record(size, s, r);
-        }
-        hint_from_icmp(&mut search, &seen);
-        icmp.extend(seen);
-    }
-    data.up = Some(direction_data(Direction::ClientToServer, &search, icmp));
-
-    // --- where: TTL scans ---------------------------------------------------------------
-    if opts.max_ttl > 0 {
-        if let Some(d) = data.up.as_mut().filter(|d| d.outcome.has_drop()) {
-            progress.status("mtu: locating the client→server MTU drop");
-            let mtu = d.outcome.mtu().unwrap_or(opts.min_size);
-            let (big, small) = (mtu.saturating_add(1), mtu.min(576));
-            let mut sent: Vec<(u32, u8, bool)> = Vec::new();
-            let _ = pmtu::drain_error_queue(&tx);
-            up_round += 1;
-            for ttl in 1..=opts.max_ttl {
-                pmtu::set_ttl(&tx, ttl)?;
-                for (size, is_big) in [(big, true), (small, false)] {
-                    for _ in 0..2 {
-                        next_id += 1;
-                        let dg = probe_datagram(
-                            session,
-                            KIND_UP_PROBE,
-                            ProbeFields {
-                                round: up_round,
-                                id: next_id,
-                                size,
-                                ttl,
-                            },
-                            overhead,
-                        );
-                        if send_probe(&tx, &dg).is_ok() {
-                            sent.push((next_id, ttl, is_big));
+            up.round += 1;
+            self.progress.status(&format!(
+                "mtu: client→server round {}: {} sizes",
+                up.round,
+                sizes.len()
+            ));
+            let _ = pmtu::drain_error_queue(&up.sock);
+            let mut sent: Vec<(u32, u16, bool)> = Vec::new();
+            for &size in &sizes {
+                for _ in 0..self.opts.attempts {
+                    up.next_id += 1;
+                    let d = probe_datagram(
+                        self.session,
+                        KIND_UP_PROBE,
+                        ProbeFields {
+                            round: up.round,
+                            id: up.next_id,
+                            size,
+                            ttl: 64,
+                        },
+                        up.overhead,
+                    );
+                    let local = match send_probe(&up.sock, &d) {
+                        Ok(()) => false,
+                        Err(too_big) => {
+                            if too_big {
+                                search.record_local_limit(size);
+                            }
+                            true
                         }
+                    };
+                    sent.push((up.next_id, size, local));
+                }
+            }
+            tokio::time::sleep(self.opts.wait).await;
+            let seen = icmp_list(&pmtu::drain_error_queue(&up.sock)?);
+            let Reply::UpReceived { ids, .. } =
+                ask(&mut self.conn, &Request::UpReceived { round: up.round }).await?
+            else {
+                return Err(MtuError::Unexpected("expected up-received".into()));
+            };
+            let ids: HashSet<u32> = ids.into_iter().collect();
+            let mut per: HashMap<u16, (u32, u32)> = HashMap::new();
+            for (id, size, local) in sent {
+                if local {
+                    continue;
+                }
+                let e = per.entry(size).or_default();
+                e.0 += 1;
+                e.1 += u32::from(ids.contains(&id));
+            }
+            for (size, (s, r)) in per {
+                search.record(size, s, r);
+            }
+            hint_from_icmp(&mut search, &seen);
+            icmp.extend(seen);
+        }
+        self.data.up = Some(direction_data(Direction::ClientToServer, &search, icmp));
+        self.up = Some(up);
+        Ok(())
+    }
+
+    /// TTL-limited probes one byte above the client→server MTU (and small ones for comparison).
+    async fn locate_up(&mut self) -> Result<(), MtuError> {
+        let (Some(d), Some(up)) = (
+            self.data.up.as_mut().filter(|d| d.outcome.has_drop()),
+            self.up.as_mut(),
+        ) else {
+            return Ok(());
+        };
+        self.progress
+            .status("mtu: locating the client→server MTU drop");
+        let max_ttl = self.opts.max_ttl;
+        let mtu = d.outcome.mtu().unwrap_or(self.opts.min_size);
+        let (big, small) = (mtu.saturating_add(1), mtu.min(576));
+        let mut sent: Vec<(u32, u8, bool)> = Vec::new();
+        let _ = pmtu::drain_error_queue(&up.sock);
+        up.round += 1;
+        for ttl in 1..=max_ttl {
+            pmtu::set_ttl(&up.sock, ttl)?;
+            for (size, is_big) in [(big, true), (small, false)] {
+                for _ in 0..2 {
+                    up.next_id += 1;
+                    let dg = probe_datagram(
+                        self.session,
+                        KIND_UP_PROBE,
+                        ProbeFields {
+                            round: up.round,
+                            id: up.next_id,
+                            size,
+                            ttl,
+                        },
+                        up.overhead,
+                    );
+                    if send_probe(&up.sock, &dg).is_ok() {
+                        sent.push((up.next_id, ttl, is_big));
                     }
                 }
             }
-            pmtu::set_ttl(&tx, 64)?;
-            tokio::time::sleep(opts.wait.max(Duration::from_millis(300))).await;
-            let seen = icmp_list(&pmtu::drain_error_queue(&tx)?);
-            let rows = ttl_rows(opts.max_ttl, &sent, &seen);
+        }
+        pmtu::set_ttl(&up.sock, 64)?;
+        tokio::time::sleep(self.opts.wait.max(Duration::from_millis(300))).await;
+        let seen = icmp_list(&pmtu::drain_error_queue(&up.sock)?);
+        let rows = ttl_rows(max_ttl, &sent, &seen);
+        d.location = analysis::locate(&rows, ptb_source(&d.outcome));
+        d.ttl_scan = rows;
+        Ok(())
+    }
+
+    /// The same from the server's side: it sends the TTL-limited probes and reads its error queue.
+    async fn locate_down(&mut self) -> Result<(), MtuError> {
+        let Some(d) = self.data.down.as_mut().filter(|d| d.outcome.has_drop()) else {
+            return Ok(());
+        };
+        self.progress
+            .status("mtu: locating the server→client MTU drop");
+        let max_ttl = self.opts.max_ttl;
+        let mtu = d.outcome.mtu().unwrap_or(self.opts.min_size);
+        let (big, small) = (mtu.saturating_add(1), mtu.min(576));
+        let probes: Vec<ProbeSpec> = (1..=max_ttl)
+            .flat_map(|ttl| {
+                [
+                    ProbeSpec {
+                        size: big,
+                        ttl: Some(ttl),
+                    },
+                    ProbeSpec {
+                        size: small,
+                        ttl: Some(ttl),
+                    },
+                ]
+            })
+            .collect();
+        self.down_round += 1;
+        let wait = (self.opts.wait.as_millis() as u32).max(300);
+        if let Reply::DownSent {
+            probes: sent,
+            icmp: seen,
+            ..
+        } = ask(
+            &mut self.conn,
+            &Request::ProbeDown {
+                round: self.down_round,
+                probes,
+                attempts: 2,
+                wait_ms: wait,
+            },
+        )
+        .await?
+        {
+            let sent: Vec<(u32, u8, bool)> = sent
+                .iter()
+                .filter(|p| !p.local_error)
+                .map(|p| (p.id, p.ttl.unwrap_or(64), p.size == big))
+                .collect();
+            let rows = ttl_rows(max_ttl, &sent, &seen);
             d.location = analysis::locate(&rows, ptb_source(&d.outcome));
             d.ttl_scan = rows;
         }
-        if let Some(d) = data.down.as_mut().filter(|d| d.outcome.has_drop()) {
-            progress.status("mtu: locating the server→client MTU drop");
-            let mtu = d.outcome.mtu().unwrap_or(opts.min_size);
-            let (big, small) = (mtu.saturating_add(1), mtu.min(576));
-            let probes: Vec<ProbeSpec> = (1..=opts.max_ttl)
-                .flat_map(|ttl| {
-                    [
-                        ProbeSpec {
-                            size: big,
-                            ttl: Some(ttl),
-                        },
-                        ProbeSpec {
-                            size: small,
-                            ttl: Some(ttl),
-                        },
-                    ]
-                })
-                .collect();
-            round += 1;
-            let wait = wait_ms.max(300);
-            if let Reply::DownSent {
-                probes: sent,
-                icmp: seen,
-                ..
-            } = ask(
-                &mut conn,
-                &Request::ProbeDown {
-                    round,
-                    probes,
-                    attempts: 2,
-                    wait_ms: wait,
-                },
-            )
-            .await?
-            {
-                let sent: Vec<(u32, u8, bool)> = sent
-                    .iter()
-                    .filter(|p| !p.local_error)
-                    .map(|p| (p.id, p.ttl.unwrap_or(64), p.size == big))
-                    .collect();
-                let rows = ttl_rows(opts.max_ttl, &sent, &seen);
-                d.location = analysis::locate(&rows, ptb_source(&d.outcome));
-                d.ttl_scan = rows;
-            }
-        }
+        Ok(())
     }
 
-    // --- MSS both ways ------------------------------------------------------------------
-    if !opts.skip_mss {
-        progress.status("mtu: comparing the handshake MSS both ways");
-        match mss_check(&mut conn, server, ipv6).await {
+    /// MSS both ways: the server saves our SYN; we read TCP_INFO for its SYN-ACK.
+    async fn compare_mss(&mut self) {
+        self.progress
+            .status("mtu: comparing the handshake MSS both ways");
+        match mss_check(&mut self.conn, self.server, self.data.ipv6).await {
             Ok(obs) => {
-                data.mss_comparison = analysis::compare_mss(&obs);
-                data.mss = Some(obs);
+                self.data.mss_comparison = analysis::compare_mss(&obs);
+                self.data.mss = Some(obs);
             }
-            Err(e) => data.notes.push(format!("MSS comparison skipped: {e}")),
+            Err(e) => self.data.notes.push(format!("MSS comparison skipped: {e}")),
         }
     }
 
-    // --- the symptom: bulk download -----------------------------------------------------
-    if !opts.bulk.is_zero() {
-        progress.status("mtu: timing a bulk download with full-size segments");
-        match bulk_download(&mut conn, server, token.clone(), session, None, opts).await {
-            Ok(full) => {
-                data.bulk_full = Some(full);
-                let reduced_mss = data
-                    .down
-                    .as_ref()
-                    .filter(|d| d.outcome.has_drop())
-                    .and_then(|d| d.outcome.mtu())
-                    .map(|m| u32::from(m).saturating_sub(if ipv6 { 60 } else { 40 }));
-                if let Some(mss) = reduced_mss {
-                    progress.status(&format!("mtu: timing the same download with MSS {mss}"));
-                    match bulk_download(&mut conn, server, token.clone(), session, Some(mss), opts)
-                        .await
-                    {
-                        Ok(r) => data.bulk_reduced = Some(r),
-                        Err(e) => data.notes.push(format!("reduced-MSS download failed: {e}")),
-                    }
-                }
+    /// The symptom users feel: a download with full-size segments and, when the server→client
+    /// path has a smaller MTU, the same download with the client's MSS reduced to fit it.
+    async fn time_downloads(&mut self) {
+        self.progress
+            .status("mtu: timing a bulk download with full-size segments");
+        let full = bulk_download(
+            &mut self.conn,
+            self.server,
+            self.token.clone(),
+            self.session,
+            None,
+            self.opts,
+        )
+        .await;
+        match full {
+            Ok(full) => self.data.bulk_full = Some(full),
+            Err(e) => {
+                self.data.notes.push(format!("bulk download skipped: {e}"));
+                return;
             }
-            Err(e) => data.notes.push(format!("bulk download skipped: {e}")),
+        }
+        let header = if self.data.ipv6 { 60 } else { 40 };
+        let reduced_mss = self
+            .data
+            .down
+            .as_ref()
+            .filter(|d| d.outcome.has_drop())
+            .and_then(|d| d.outcome.mtu())
+            .map(|m| u32::from(m).saturating_sub(header));
+        if let Some(mss) = reduced_mss {
+            self.progress
+                .status(&format!("mtu: timing the same download with MSS {mss}"));
+            match bulk_download(
+                &mut self.conn,
+                self.server,
+                self.token.clone(),
+                self.session,
+                Some(mss),
+                self.opts,
+            )
+            .await
+            {
+                Ok(r) => self.data.bulk_reduced = Some(r),
+                Err(e) => self
+                    .data
+                    .notes
+                    .push(format!("reduced-MSS download failed: {e}")),
+            }
         }
     }
 
-    let _ = conn.send(&Request::Done).await;
-    receiver.abort();
-    let findings = verdict::findings(&data);
-    Ok(MtuResult { findings, data })
+    /// Tell the server we are done (it frees the session) and hand over the measurements.
+    async fn finish(mut self) -> MtuData {
+        let _ = self.conn.send(&Request::Done).await;
+        if let Some(r) = self.receiver.take() {
+            r.abort();
+        }
+        self.data
+    }
 }
 
 fn ptb_source(o: &analysis::Outcome) -> Option<IpAddr> {
