@@ -8,10 +8,13 @@ use std::time::Duration;
 
 use pathdoc_lab::Topology;
 use serde_json::Value;
-use support::{find, finding, ids, run_json, ServerLab};
+use support::{find, find_dir, ids, run_json, ServerLab};
 
 /// Lab prefix stem of this file: labs are `pdt-<test>-`.
 const STEM: &str = "pdt";
+
+const UP: &str = "client-to-server";
+const DOWN: &str = "server-to-client";
 
 /// Run the check in the client namespace; returns (exit code, report, seconds taken).
 fn check(l: &ServerLab, extra: &[&str]) -> (i32, Value, f64) {
@@ -39,8 +42,8 @@ fn pmtu_blackhole_is_found_server_to_client_with_mtu_hop_and_fix() {
     let (code, r, secs) = check(&l, &[]);
     assert_eq!(code, 1, "{:?}", ids(&r));
     assert!(secs < 10.0, "verdict took {secs:.1} s");
-    let bh =
-        find(&r, "pmtud-black-hole-down").unwrap_or_else(|| panic!("no black hole: {:?}", ids(&r)));
+    let bh = find_dir(&r, "pmtud-black-hole", DOWN)
+        .unwrap_or_else(|| panic!("no black hole: {:?}", ids(&r)));
     assert_eq!(bh["status"], "fail");
     assert!(bh["title"].as_str().unwrap().contains("server→client"));
     let down = &r["data"]["mtu"]["down"];
@@ -56,7 +59,7 @@ fn pmtu_blackhole_is_found_server_to_client_with_mtu_hop_and_fix() {
     );
     assert!(cmds.iter().any(|c| c.contains("mtu lock 1420")), "{cmds:?}");
     // client→server is clean in this scenario: no false alarm there.
-    assert_eq!(finding(&r, "path-mtu-up")["status"], "pass");
+    assert_eq!(find_dir(&r, "path-mtu", UP).unwrap()["status"], "pass");
     // The symptom: full-size downloads stall, reduced-MSS ones do not.
     let stall = find(&r, "bulk-download-stall")
         .unwrap_or_else(|| panic!("no stall finding: {:?}", ids(&r)));
@@ -83,8 +86,8 @@ mtu = 1420
     let (code, r, secs) = check(&l, &["--mtu-bulk-ms", "0"]);
     assert_eq!(code, 1, "{:?}", ids(&r));
     assert!(secs < 10.0, "verdict took {secs:.1} s");
-    let bh =
-        find(&r, "pmtud-black-hole-up").unwrap_or_else(|| panic!("no black hole: {:?}", ids(&r)));
+    let bh = find_dir(&r, "pmtud-black-hole", UP)
+        .unwrap_or_else(|| panic!("no black hole: {:?}", ids(&r)));
     assert!(bh["title"].as_str().unwrap().contains("client→server"));
     assert_eq!(r["data"]["mtu"]["up"]["outcome"]["mtu"], 1420);
     assert_eq!(
@@ -92,7 +95,11 @@ mtu = 1420
         "{}",
         r["data"]["mtu"]["up"]
     );
-    assert!(find(&r, "pmtud-black-hole-down").is_none(), "{:?}", ids(&r));
+    assert!(
+        find_dir(&r, "pmtud-black-hole", DOWN).is_none(),
+        "{:?}",
+        ids(&r)
+    );
 }
 
 #[test]
@@ -148,7 +155,7 @@ fn mss_clamp_on_a_hop_is_detected_with_its_value() {
     let l = ServerLab::up(STEM, "mtumss", &topo);
     let (code, r, _) = check(&l, &["--mtu-bulk-ms", "0"]);
     assert_eq!(code, 0, "a clamp alone is not a fault: {:?}", ids(&r));
-    let up = find(&r, "mss-clamped-up")
+    let up = find_dir(&r, "mss-clamped", UP)
         .unwrap_or_else(|| panic!("clamp not seen: {:?} {}", ids(&r), r["data"]["mtu"]["mss"]));
     assert_eq!(up["status"], "info");
     assert!(
@@ -156,7 +163,7 @@ fn mss_clamp_on_a_hop_is_detected_with_its_value() {
         "{}",
         up["title"]
     );
-    let down = find(&r, "mss-clamped-down")
+    let down = find_dir(&r, "mss-clamped", DOWN)
         .unwrap_or_else(|| panic!("SYN-ACK clamp not seen: {:?}", ids(&r)));
     assert!(
         down["title"].as_str().unwrap().contains("→ 1380"),
@@ -179,5 +186,57 @@ fn clean_path_raises_no_alarm() {
     }
     assert_eq!(r["data"]["mtu"]["up"]["outcome"]["mtu"], 1500);
     assert_eq!(r["data"]["mtu"]["down"]["outcome"]["mtu"], 1500);
-    assert_eq!(finding(&r, "mss-up")["status"], "pass");
+    assert_eq!(find_dir(&r, "mss-unchanged", UP).unwrap()["status"], "pass");
+}
+
+/// The repo's own example path: a 1450-B access link, a server firewall that eats ICMP
+/// frag-needed, and a home router that clamps the MSS to 1410. The black hole is real for UDP and
+/// anything not sized by TCP's MSS, but TCP is protected by the clamp: the report must say exactly
+/// that and nothing that contradicts it (no "stall", no "no clamping", no advice to add the
+/// clamp that exists).
+#[test]
+fn example_topology_black_hole_is_reported_with_the_clamp_that_protects_tcp() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/topology.toml"
+    ))
+    .unwrap();
+    let l = ServerLab::up(STEM, "mtuex", &Topology::from_toml(&text).unwrap());
+    let (code, r, _) = check(&l, &[]);
+    assert_eq!(code, 1, "{:?}", ids(&r));
+    let bh = find_dir(&r, "pmtud-black-hole", DOWN)
+        .unwrap_or_else(|| panic!("no black hole: {:?}", ids(&r)));
+    assert_eq!(bh["status"], "warn", "{bh:#}");
+    assert_eq!(r["data"]["mtu"]["down"]["outcome"]["mtu"], 1450);
+    let summary = bh["summary"].as_str().unwrap();
+    assert!(summary.contains("from 1460 to 1410"), "{summary}");
+    assert!(summary.contains("UDP"), "{summary}");
+    let clamp =
+        find_dir(&r, "mss-clamped", UP).unwrap_or_else(|| panic!("clamp not seen: {:?}", ids(&r)));
+    assert_eq!(clamp["status"], "info");
+    assert!(
+        clamp["title"].as_str().unwrap().contains("1460 → 1410"),
+        "{clamp:#}"
+    );
+    assert_eq!(find(&r, "bulk-download").unwrap()["status"], "pass");
+    assert!(find(&r, "bulk-download-stall").is_none(), "{:?}", ids(&r));
+    let all = r["findings"].to_string().to_lowercase();
+    for wrong in [
+        "stall",
+        "no clamping",
+        "full-size segments",
+        "maxseg size set",
+        "advmss",
+    ] {
+        assert!(
+            !all.contains(wrong),
+            "contradicting `{wrong}`: {:?}",
+            ids(&r)
+        );
+    }
+    for f in r["findings"].as_array().unwrap() {
+        for rem in f["remedies"].as_array().unwrap() {
+            assert!(rem["host"].is_object(), "remedy without a host: {rem}");
+        }
+    }
 }

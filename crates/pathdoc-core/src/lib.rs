@@ -8,4 +8,4 @@ pub mod report;
 pub mod units;
 
 pub use progress::{NoProgress, Progress};
-pub use report::{Direction, Evidence, Finding, Host, Quantity, Remedy, Report, Status};
+pub use report::{Direction, Evidence, Finding, FindingId, Host, Quantity, Remedy, Report, Status};

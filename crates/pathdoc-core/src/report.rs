@@ -230,6 +230,16 @@ impl Remedy {
     }
 }
 
+/// One kind of finding a check can emit: its stable id and what it means. Each check crate
+/// lists its own in a `FINDING_IDS` registry, which docs/output.md is tested against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FindingId {
+    /// The `id` field of the findings of this kind.
+    pub id: &'static str,
+    /// One line: when it is emitted and with which statuses.
+    pub meaning: &'static str,
+}
+
 /// One verdict of one check.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {

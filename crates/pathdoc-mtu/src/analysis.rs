@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
-use crate::search::Search;
+use crate::search::{Search, SizeCap};
 use crate::wire::{BulkServerStats, IcmpKind, IcmpSeen};
 
 /// Which way probes travelled.
@@ -51,8 +51,9 @@ impl Direction {
 pub enum Outcome {
     /// Not even the smallest probe arrived: UDP is blocked or the peer is gone.
     NothingArrived,
-    /// Every size up to the largest the sender can emit arrived.
-    Clean { mtu: u16 },
+    /// Every size probed arrived, up to `mtu`; `cap` says whether that is the sender's interface
+    /// MTU (the path MTU) or only the probe limit (the path MTU is at least `mtu`).
+    Clean { mtu: u16, cap: SizeCap },
     /// Bigger sizes were lost and a router said so: PMTUD works.
     Signalled {
         mtu: u16,
@@ -74,7 +75,7 @@ impl Outcome {
     pub fn mtu(&self) -> Option<u16> {
         match *self {
             Outcome::NothingArrived => None,
-            Outcome::Clean { mtu }
+            Outcome::Clean { mtu, .. }
             | Outcome::Signalled { mtu, .. }
             | Outcome::BlackHole { mtu, .. }
             | Outcome::BadSuggestion { mtu, .. } => Some(mtu),
@@ -93,7 +94,10 @@ pub fn classify(search: &Search, icmp: &[IcmpSeen]) -> Outcome {
         return Outcome::NothingArrived;
     };
     let Some(smallest_lost) = search.smallest_failed_above(mtu) else {
-        return Outcome::Clean { mtu };
+        return Outcome::Clean {
+            mtu,
+            cap: search.cap(),
+        };
     };
     let ptb = icmp
         .iter()
@@ -353,7 +357,14 @@ mod tests {
         let dropped = search_with(&[(1500, 3, 0), (1480, 3, 0), (1420, 3, 3), (1421, 3, 0)]);
         let none = search_with(&[(1500, 3, 0), (576, 3, 0)]);
         let cases: Vec<(&Search, Vec<IcmpSeen>, Outcome)> = vec![
-            (&clean, vec![], Outcome::Clean { mtu: 1500 }),
+            (
+                &clean,
+                vec![],
+                Outcome::Clean {
+                    mtu: 1500,
+                    cap: SizeCap::ProbeLimit,
+                },
+            ),
             (
                 &dropped,
                 vec![],
@@ -385,7 +396,11 @@ mod tests {
         for (search, icmp, want) in cases {
             assert_eq!(classify(search, &icmp), want);
         }
-        assert!(!Outcome::Clean { mtu: 1500 }.has_drop());
+        assert!(!Outcome::Clean {
+            mtu: 1500,
+            cap: SizeCap::SenderInterface
+        }
+        .has_drop());
         assert!(Outcome::BlackHole {
             mtu: 1420,
             smallest_lost: 1421

@@ -15,14 +15,15 @@ use tokio::io::AsyncReadExt;
 
 use crate::analysis::{self, BulkRun, Direction, HopReply, MssObservation, TtlRow};
 use crate::search::Search;
-use crate::server::{icmp_list, probe_datagram, send_probe};
-use crate::verdict::{self, DirectionData, MtuData, ProbeRow};
+use crate::server::{icmp_list, local_mtu, probe_datagram, send_probe};
+use crate::verdict::{self, DirectionData, MtuData, ProbeRow, Step};
 use crate::wire::*;
 
 /// Settings of one run; the CLI's `--mtu-…` flags fill these.
 #[derive(Debug, Clone)]
 pub struct MtuOptions {
-    /// Smallest and largest IP datagram size to probe.
+    /// Smallest and largest IP datagram size to probe (the sender's interface MTU caps the
+    /// largest).
     pub min_size: u16,
     pub max_size: u16,
     /// Attempts per size (ICMP rate limits and loss).
@@ -44,7 +45,9 @@ impl Default for MtuOptions {
     fn default() -> Self {
         MtuOptions {
             min_size: 576,
-            max_size: 1500,
+            // Up to the sender's interface MTU (its stack names it when it refuses a size),
+            // jumbo frames included; beyond 9000 B the result says "at least".
+            max_size: MAX_PROBE_SIZE,
             attempts: 3,
             wait: Duration::from_millis(300),
             rounds: 6,
@@ -169,22 +172,28 @@ pub async fn run_check(
     validate(opts)?;
     // Phase 1: the control connection (small MSS) and the server's sysctl.
     let mut run = MtuRun::connect(server, token, opts, progress).await?;
-    // Phase 2: the size search in each direction.
-    run.search_down().await?;
-    run.search_up().await?;
-    // Phase 3: where the MTU drops, in each direction that has a drop.
-    if opts.max_ttl > 0 {
-        run.locate_up().await?;
-        run.locate_down().await?;
-    }
-    // Phase 4: MSS as it arrives each way, then the symptom (a timed bulk download).
+    // Phase 2: TCP as it is before any probe: the MSS each way and a download with the MSS the
+    // client normally advertises. Done first because an ICMP too-big the probes trigger teaches
+    // the client's kernel a smaller path MTU, which lowers its MSS and would hide a clamp.
     if !opts.skip_mss {
         run.compare_mss().await;
     }
     if !opts.bulk.is_zero() {
-        run.time_downloads().await;
+        run.time_download(None).await;
     }
-    // Phase 5: release the session and judge.
+    // Phase 3: the size search in each direction.
+    run.search_down().await?;
+    run.search_up().await?;
+    // Phase 4: where the MTU drops, in each direction that has a drop.
+    if opts.max_ttl > 0 {
+        run.locate_up().await?;
+        run.locate_down().await?;
+    }
+    // Phase 5: the same download with the client's MSS set to fit a smaller server→client MTU.
+    if let Some(mss) = run.reduced_mss() {
+        run.time_download(Some(mss)).await;
+    }
+    // Phase 6: release the session and judge.
     let data = run.finish().await;
     let findings = verdict::findings(&data);
     Ok(MtuResult { findings, data })
@@ -314,7 +323,10 @@ impl<'a> MtuRun<'a> {
         let arrivals: Arrivals = Arc::default();
         self.receiver = Some(spawn_receiver(rx, self.session, arrivals.clone()));
         let Some((addr, route_mtu)) = down_target else {
-            self.data.notes.push("server→client probes skipped: the server never saw the client's UDP datagram (UDP to the server port blocked?)".into());
+            self.data.not_run(
+                Step::DownSearch,
+                "the server never saw the client's UDP datagram within 3 s (UDP to the server's port blocked?)",
+            );
             return Ok(());
         };
         self.data.client_observed = Some(addr.to_string());
@@ -358,11 +370,15 @@ impl<'a> MtuRun<'a> {
             let Reply::DownSent {
                 probes: sent,
                 icmp: seen,
+                local_mtu,
                 ..
             } = reply
             else {
                 return Err(MtuError::Unexpected(format!("{reply:?}")));
             };
+            if let Some(m) = local_mtu {
+                search.record_local_mtu(m);
+            }
             tokio::time::sleep(Duration::from_millis(30)).await;
             tally_down(&mut search, &sent, &arrivals);
             hint_from_icmp(&mut search, &seen);
@@ -432,7 +448,11 @@ impl<'a> MtuRun<'a> {
                 }
             }
             tokio::time::sleep(self.opts.wait).await;
-            let seen = icmp_list(&pmtu::drain_error_queue(&up.sock)?);
+            let queue = pmtu::drain_error_queue(&up.sock)?;
+            if let Some(m) = local_mtu(&queue) {
+                search.record_local_mtu(m);
+            }
+            let seen = icmp_list(&queue);
             let Reply::UpReceived { ids, .. } =
                 ask(&mut self.conn, &Request::UpReceived { round: up.round }).await?
             else {
@@ -568,59 +588,48 @@ impl<'a> MtuRun<'a> {
                 self.data.mss_comparison = analysis::compare_mss(&obs);
                 self.data.mss = Some(obs);
             }
-            Err(e) => self.data.notes.push(format!("MSS comparison skipped: {e}")),
+            Err(e) => self.data.not_run(Step::Mss, e.to_string()),
         }
     }
 
-    /// The symptom users feel: a download with full-size segments and, when the server→client
-    /// path has a smaller MTU, the same download with the client's MSS reduced to fit it.
-    async fn time_downloads(&mut self) {
-        self.progress
-            .status("mtu: timing a bulk download with full-size segments");
-        let full = bulk_download(
+    /// The symptom users feel: a timed download with the MSS the client normally advertises
+    /// (`mss` None) or with `TCP_MAXSEG` set before connecting.
+    async fn time_download(&mut self, mss: Option<u32>) {
+        if self.opts.bulk.is_zero() {
+            return;
+        }
+        self.progress.status(&match mss {
+            None => "mtu: timing a bulk download".to_string(),
+            Some(m) => format!("mtu: timing the same download with MSS {m}"),
+        });
+        let run = bulk_download(
             &mut self.conn,
             self.server,
             self.token.clone(),
             self.session,
-            None,
+            mss,
             self.opts,
         )
         .await;
-        match full {
-            Ok(full) => self.data.bulk_full = Some(full),
-            Err(e) => {
-                self.data.notes.push(format!("bulk download skipped: {e}"));
-                return;
-            }
+        match (run, mss) {
+            (Ok(r), None) => self.data.bulk_full = Some(r),
+            (Ok(r), Some(_)) => self.data.bulk_reduced = Some(r),
+            (Err(e), None) => self.data.not_run(Step::Download, e.to_string()),
+            (Err(e), Some(_)) => self.data.not_run(Step::ReducedDownload, e.to_string()),
         }
+    }
+
+    /// The MSS that fits a smaller server→client path MTU, when there is one (and a download
+    /// with the normal MSS ran to compare with).
+    fn reduced_mss(&self) -> Option<u32> {
+        self.data.bulk_full.as_ref()?;
         let header = if self.data.ipv6 { 60 } else { 40 };
-        let reduced_mss = self
-            .data
+        self.data
             .down
             .as_ref()
             .filter(|d| d.outcome.has_drop())
             .and_then(|d| d.outcome.mtu())
-            .map(|m| u32::from(m).saturating_sub(header));
-        if let Some(mss) = reduced_mss {
-            self.progress
-                .status(&format!("mtu: timing the same download with MSS {mss}"));
-            match bulk_download(
-                &mut self.conn,
-                self.server,
-                self.token.clone(),
-                self.session,
-                Some(mss),
-                self.opts,
-            )
-            .await
-            {
-                Ok(r) => self.data.bulk_reduced = Some(r),
-                Err(e) => self
-                    .data
-                    .notes
-                    .push(format!("reduced-MSS download failed: {e}")),
-            }
-        }
+            .map(|m| u32::from(m).saturating_sub(header))
     }
 
     /// Tell the server we are done (it frees the session) and hand over the measurements.

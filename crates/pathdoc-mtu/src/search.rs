@@ -28,7 +28,19 @@ pub struct Search {
     max: u16,
     tallies: BTreeMap<u16, Tally>,
     local_limit: Option<u16>,
+    /// The sender's interface MTU, when its stack named it (local EMSGSIZE).
+    interface_mtu: Option<u16>,
     hints: BTreeSet<u16>,
+}
+
+/// What capped the sizes a direction could probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SizeCap {
+    /// The sender's own interface MTU: nothing larger can leave it.
+    SenderInterface,
+    /// The largest size probed (`--mtu-max` or the protocol's limit): the path may take more.
+    ProbeLimit,
 }
 
 impl Search {
@@ -39,6 +51,7 @@ impl Search {
             max: max.max(min),
             tallies: BTreeMap::new(),
             local_limit: None,
+            interface_mtu: None,
             hints: BTreeSet::new(),
         }
     }
@@ -59,6 +72,31 @@ impl Search {
         let limit = self.local_limit.map_or(size, |l| l.min(size));
         self.local_limit = Some(limit);
         self.max = self.max.min(limit.saturating_sub(1)).max(self.min);
+    }
+
+    /// The sender's stack refused a size and named its interface MTU: search up to exactly that.
+    pub fn record_local_mtu(&mut self, mtu: u32) {
+        let Ok(m) = u16::try_from(mtu) else {
+            return;
+        };
+        if m < self.min {
+            return;
+        }
+        self.interface_mtu = Some(self.interface_mtu.map_or(m, |i| i.min(m)));
+        self.local_limit = Some(
+            self.local_limit
+                .map_or(m + 1, |l| l.min(m.saturating_add(1))),
+        );
+        self.max = self.max.min(m);
+    }
+
+    /// Why the search stopped where it did at the top.
+    pub fn cap(&self) -> SizeCap {
+        if self.local_limit.is_some() {
+            SizeCap::SenderInterface
+        } else {
+            SizeCap::ProbeLimit
+        }
     }
 
     /// A router said the next-hop MTU is `mtu`: worth probing exactly there.
@@ -229,6 +267,23 @@ mod tests {
         let first = s.next_sizes(8);
         assert_eq!(first[0], 1399);
         assert!(first.iter().all(|x| *x <= 1399));
+    }
+
+    #[test]
+    fn a_named_interface_mtu_ends_the_search_there() {
+        let mut s = Search::new(576, 9000);
+        assert_eq!(s.cap(), SizeCap::ProbeLimit);
+        let first = s.next_sizes(8);
+        assert_eq!(first[0], 9000);
+        // 9000 refused locally; the stack names 1500.
+        s.record_local_mtu(1500);
+        for size in first.into_iter().filter(|&x| x <= 1500) {
+            s.record(size, 3, 3);
+        }
+        assert_eq!(s.max(), 1500);
+        assert_eq!(s.largest_ok(), Some(1500));
+        assert!(s.next_sizes(8).is_empty());
+        assert_eq!(s.cap(), SizeCap::SenderInterface);
     }
 
     #[test]

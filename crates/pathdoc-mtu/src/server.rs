@@ -98,6 +98,17 @@ fn icmp_from_queue(e: &pmtu::QueuedError) -> Option<IcmpSeen> {
     })
 }
 
+/// The sender's interface MTU from a local "message too long" in a drained error queue (the
+/// kernel names the MTU it refused against; for `IP_PMTUDISC_PROBE` sockets that is the
+/// interface's, not a cached path MTU).
+pub fn local_mtu(queue: &[pmtu::QueuedError]) -> Option<u32> {
+    queue
+        .iter()
+        .filter(|e| e.origin == pmtu::ErrorOrigin::Local && e.is_too_big() && e.info > 0)
+        .map(|e| e.info)
+        .min()
+}
+
 /// Convert a drained error queue into the ICMP list of a probe reply (shared with the client).
 pub fn icmp_list(queue: &[pmtu::QueuedError]) -> Vec<IcmpSeen> {
     queue.iter().filter_map(icmp_from_queue).collect()
@@ -277,6 +288,7 @@ impl MtuService {
                     round,
                     probes: sent,
                     icmp: icmp_list(&queue),
+                    local_mtu: local_mtu(&queue),
                 }
             }
             Request::UpReceived { round } => {

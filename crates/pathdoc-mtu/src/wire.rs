@@ -161,6 +161,10 @@ pub enum Reply {
         round: u32,
         probes: Vec<SentProbe>,
         icmp: Vec<IcmpSeen>,
+        /// The server's interface MTU, when its own stack refused a probe as too big (the
+        /// local EMSGSIZE names it): the search stops there instead of stepping down.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        local_mtu: Option<u32>,
     },
     UpReceived {
         round: u32,

@@ -15,8 +15,9 @@ pub struct MtuArgs {
     /// Smallest IP datagram size the MTU search probes.
     #[arg(long = "mtu-min", default_value_t = 576, value_name = "BYTES")]
     pub min: u16,
-    /// Largest IP datagram size the MTU search probes (capped by the sender's interface MTU).
-    #[arg(long = "mtu-max", default_value_t = 1500, value_name = "BYTES")]
+    /// Largest IP datagram size the MTU search probes; the default goes up to the sender's
+    /// interface MTU (jumbo frames included) and says "≥ 9000 B" beyond that.
+    #[arg(long = "mtu-max", default_value_t = 9000, value_name = "BYTES")]
     pub max: u16,
     /// Attempts per probe size (ICMP rate limits, loss).
     #[arg(long = "mtu-attempts", default_value_t = 3)]

@@ -205,18 +205,30 @@ pub fn find<'a>(report: &'a Value, id: &str) -> Option<&'a Value> {
     findings(report).into_iter().find(|f| f["id"] == id)
 }
 
+/// The finding with this id about this direction (`client-to-server`, `server-to-client`), if
+/// the report has one.
+pub fn find_dir<'a>(report: &'a Value, id: &str, direction: &str) -> Option<&'a Value> {
+    findings(report)
+        .into_iter()
+        .find(|f| f["id"] == id && f["direction"] == direction)
+}
+
 /// The finding with this id; panics with the whole report when there is none.
 pub fn finding<'a>(report: &'a Value, id: &str) -> &'a Value {
     find(report, id).unwrap_or_else(|| panic!("no finding {id} in {report:#}"))
 }
 
-/// `id=status` of every finding, with the summary of those that are neither pass nor info: a
+/// `id[/direction]=status` of every finding, with the summary of those that are neither pass nor info: a
 /// compact view for assertion messages.
 pub fn ids(report: &Value) -> Vec<String> {
     findings(report)
         .into_iter()
         .map(|f| {
             let (id, status) = (f["id"].as_str().unwrap(), f["status"].as_str().unwrap());
+            let id = match f["direction"].as_str() {
+                Some(d) => format!("{id}/{d}"),
+                None => id.to_string(),
+            };
             match status {
                 "pass" | "info" => format!("{id}={status}"),
                 _ => format!("{id}={status} ({})", f["summary"].as_str().unwrap_or("")),
