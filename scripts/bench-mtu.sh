@@ -201,11 +201,16 @@ def pathdoc(path):
         oc, loc = o.get("outcome") or {}, o.get("location") or {}
         out[d] = {"kind": oc.get("kind"), "mtu": oc.get("mtu"),
                   "hop": loc.get("hop"), "addr": named(loc["addr"]) if loc.get("addr") else None}
-    f = {x["id"]: x for x in r["findings"]}
-    out["black_hole"] = [k.rsplit("-", 1)[1] for k in f if k.startswith("pmtud-black-hole-")]
-    out["clamp"] = [("c→s " if k.endswith("-up") else "s→c ") + x["title"].split(":")[-1].strip()
-                    for k, x in f.items() if k.startswith("mss-clamped-")]
-    out["stall"] = "bulk-download-stall" in f and f["bulk-download-stall"]["status"] == "fail"
+    # Ids carry no direction; it is the finding's `direction` field.
+    short = {"client-to-server": "up", "server-to-client": "down"}
+    f = {x["id"] + ("-" + short[x["direction"]] if x.get("direction") in short else ""): x
+         for x in r["findings"]}
+    out["black_hole"] = [short[x["direction"]] for x in r["findings"]
+                         if x["id"] == "pmtud-black-hole"]
+    out["clamp"] = [("c→s " if x["direction"] == "client-to-server" else "s→c ")
+                    + x["title"].split(":")[-1].strip()
+                    for x in r["findings"] if x["id"] == "mss-clamped"]
+    out["stall"] = "bulk-download-stall-down" in f and f["bulk-download-stall-down"]["status"] == "fail"
     fixes = []
     for x in r["findings"]:
         if x["status"] in ("fail", "warn"):
