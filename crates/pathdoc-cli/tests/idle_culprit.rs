@@ -102,3 +102,75 @@ fn carrier_nat_forgets_first_and_the_home_nat_timeout_is_measured_too() {
     assert_eq!(culprit["before"]["last_hop"], 1, "{culprit:#}");
     assert_bracket(&culprit["before"], 12.0, "hop 1");
 }
+
+/// Five NATs in a row (home router, ISP CPE, CGN layers), the far one forgetting first: the
+/// default search depth reaches it, names it at hop 5, and the keepalive probes' result is there
+/// (it used to vanish when the culprit groups ran into the run's deadline).
+#[test]
+fn five_nat_chain_far_nat_is_named_at_its_hop_and_keepalives_are_judged() {
+    let mut toml = String::from("description = \"five NATs; hop 5 forgets first\"\n");
+    for timeout in [600, 600, 600, 600, 4] {
+        toml.push_str(&format!(
+            "[[hop]]\nkind = \"nat\"\nconntrack = {{ tcp_established = {timeout} }}\n"
+        ));
+    }
+    let l = ServerLab::up(STEM, "chain5", &Topology::from_toml(&toml).unwrap());
+    let (code, report) = check(
+        &l,
+        &[
+            "--idle-max",
+            "16s",
+            "--idle-resolution",
+            "1s",
+            "--idle-no-client-probes",
+        ],
+    );
+    assert_eq!(code, 1, "{report:#}");
+    let idle = &report["data"]["idle"];
+    assert_eq!(idle["path"]["routers"], 5, "{:#}", idle["path"]);
+    assert_eq!(
+        idle["culprit"]["location"]["kind"], "hop",
+        "{:#}",
+        idle["culprit"]
+    );
+    assert_eq!(
+        idle["culprit"]["location"]["hop"], 5,
+        "{:#}",
+        idle["culprit"]
+    );
+    let f = finding(&report, "tcp-idle-culprit-hop");
+    assert_eq!(f["status"], "fail", "{f:#}");
+    assert_eq!(f["hop"], 5, "{f:#}");
+    assert!(f["title"].as_str().unwrap().contains("100.64.4.1"), "{f:#}");
+    assert_eq!(finding(&report, "tcp-idle-timeout")["hop"], 5);
+    assert_bracket(&idle["ladders"][0]["outcome"], 4.0, "hop 5");
+    // The keepalive probes: judged, or a finding that says why not.
+    let keepalive = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "tcp-keepalive-refresh")
+        .unwrap_or_else(|| panic!("keepalive result missing: {report:#}"));
+    assert!(
+        keepalive["status"] == "pass"
+            || keepalive["summary"]
+                .as_str()
+                .unwrap()
+                .contains("were not tested:"),
+        "{keepalive:#}"
+    );
+    // Every remedy names where it applies; the CGN's is the ISP's to fix.
+    for f in report["findings"].as_array().unwrap() {
+        for r in f["remedies"].as_array().unwrap() {
+            assert!(r["host"].is_object(), "remedy without a host: {r}");
+            assert!(
+                !r["command"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("nf_conntrack_tcp"),
+                "a sysctl for the ISP's CGN: {r}"
+            );
+        }
+    }
+    l.down().unwrap();
+}

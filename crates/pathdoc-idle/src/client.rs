@@ -59,7 +59,8 @@ pub struct IdleConfig {
     pub grace: Option<Duration>,
     /// Search for the hop that forgets first (TTL-limited keepalives on extra probe groups).
     pub culprit: bool,
-    /// Most path splits the culprit search tests (two probe groups each).
+    /// Most path splits the culprit search tests, after hops 1..=N (two probe groups each): it
+    /// names the box among the first N + 1 routers, later ones as "beyond hop N".
     pub culprit_splits: usize,
     /// Test UDP bindings too (RFC 4787 REQ-5/REQ-6).
     pub udp: bool,
@@ -77,7 +78,8 @@ impl IdleConfig {
             keepalive: true,
             grace: None,
             culprit: true,
-            culprit_splits: 3,
+            // Home router + ISP CPE + CGN chains with a router or two between them: 5 routers.
+            culprit_splits: 4,
             udp: true,
         }
     }
@@ -112,6 +114,9 @@ pub enum IdleError {
 pub struct IdleResult {
     pub findings: Vec<Finding>,
     pub data: serde_json::Value,
+    /// The run was cut short by the cancellation token: the findings are what was measured
+    /// until then (each says so), and `data.idle.interrupted` is true.
+    pub interrupted: bool,
 }
 
 /// Run the idle check.
@@ -120,13 +125,15 @@ pub struct IdleResult {
 pub async fn run(
     cfg: &IdleConfig,
     progress: &dyn Progress,
-    _cancel: &CancellationToken,
+    cancel: &CancellationToken,
 ) -> Result<IdleResult, IdleError> {
     cfg.validate()?;
     let start = Instant::now();
     // Phase 1: the control connection, the round-trip time and the grace it gives probes.
+    progress.status("idle: connecting and measuring the round-trip time");
     let mut link = ControlLink::open(cfg, start).await?;
     // Phase 2: the path's routers and where to split it (culprit search).
+    progress.status("idle: counting the routers to the server (culprit search)");
     let path = discover_path(cfg, &link, progress).await;
     // Phase 3: which probe groups run, with how many connections each.
     let plan = plan_groups(cfg, &path);
@@ -134,13 +141,48 @@ pub async fn run(
     // Phase 4: UDP bindings beside the TCP probes, then the TCP probe loop itself.
     let hard_end = cfg.horizon + link.grace * 4 + link.heartbeat * 6 + Duration::from_secs(10);
     let udp = UdpSide::start(cfg, &link, hard_end);
-    let mut tcp = tcp::TcpRun::new(cfg, &link, plan.groups, hard_end);
+    let mut tcp = tcp::TcpRun::new(
+        cfg,
+        &link,
+        plan.groups,
+        hard_end,
+        udp.end_bound(&link),
+        cancel.clone(),
+    );
     tcp.run(progress).await;
     let elapsed = start.elapsed();
-    let udp = udp.finish().await;
-    // Phase 5: the server's view of how each probe ended, then release the session.
-    let records = fetch_server_records(&link.requests).await;
+    let session_ended = lock(&link.health).session_ended.is_some();
+    if tcp.interrupted_at.is_some() || session_ended {
+        udp.stop();
+    }
+    let health = link.health.clone();
+    let udp = udp
+        .finish(
+            cancel,
+            || lock(&health).session_ended.is_some(),
+            |eta| {
+                progress.status(&format!(
+                    "idle: {} elapsed, TCP done; waiting for the UDP bindings' last tests; done in at most {}",
+                    pathdoc_core::units::format_duration(start.elapsed()),
+                    pathdoc_core::units::format_duration(eta)
+                ))
+            },
+            tcp.eta_after_tcp(&link),
+        )
+        .await;
+    // Phase 5: the server's view of how each probe ended, then release the session. Both have
+    // deadlines: the ETA counts on them.
+    progress.status("idle: collecting the server's records and ending the session");
+    let records = tokio::time::timeout(
+        tcp::TEARDOWN - Duration::from_secs(5),
+        fetch_server_records(&link.requests),
+    )
+    .await
+    .unwrap_or_default();
     link.finish().await;
+    for note in std::mem::take(&mut lock(&link.health).notes) {
+        progress.note(&note);
+    }
     tcp.apply_server_view(&records);
     // Phase 6: findings and the JSON probe table.
     let health = lock(&link.health);
@@ -203,6 +245,8 @@ impl ControlLink {
             notes: Vec::new(),
             suspended: false,
             public_addr: welcome.observed,
+            lost_at: None,
+            session_ended: None,
         }));
         let (requests, rx) = mpsc::channel::<Request>(16);
         let task = tokio::spawn(control::control_task(
@@ -232,8 +276,13 @@ impl ControlLink {
 
     /// Tell the server the run is over and let the control task end.
     async fn finish(&mut self) {
-        let _ = request(&self.requests, ControlRequest::Finish).await;
+        let _ = tokio::time::timeout(
+            Duration::from_secs(3),
+            request(&self.requests, ControlRequest::Finish),
+        )
+        .await;
         let _ = tokio::time::timeout(Duration::from_secs(2), &mut self.task).await;
+        self.task.abort();
     }
 }
 
@@ -388,32 +437,36 @@ fn announce_plan(path: &PathView, plan: &GroupPlan, grace: Duration, progress: &
     ));
 }
 
-/// The UDP half, running on its own task beside the TCP probes; it ends with them.
+/// The UDP half, running on its own task beside the TCP probes.
 struct UdpSide {
     stop: Arc<std::sync::atomic::AtomicBool>,
     task: Option<tokio::task::JoinHandle<udp_client::UdpReport>>,
+    plan: Option<LadderPlan>,
 }
 
 impl UdpSide {
-    /// UDP bindings run on their own ladder up to a little past the 5-min recommendation of
-    /// RFC 4787 REQ-5 (or the horizon, if shorter).
+    /// UDP bindings run on their own ladders up to a little past the 5-min recommendation of
+    /// RFC 4787 REQ-5 (or the horizon, if shorter); they finish even when the TCP part ended
+    /// first (at most 5 min 10 s into the run), and stop at the hard end.
     fn start(cfg: &IdleConfig, link: &ControlLink, hard_end: Duration) -> Self {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let task = cfg.udp.then(|| {
-            let udp_plan = plan_ladder(
+        let plan = cfg.udp.then(|| {
+            plan_ladder(
                 cfg.horizon
                     .min(RFC4787_RECOMMENDED + Duration::from_secs(10)),
                 cfg.resolution,
-                60,
+                udp_client::BINDINGS_PER_CLASS,
                 Some(RFC4787_FLOOR),
-            );
+            )
+        });
+        let task = plan.clone().map(|plan| {
             let tx = link.requests.clone();
-            let requester: udp_client::Requester = Arc::new(move |req| {
+            let request: udp_client::Requester = Arc::new(move |req| {
                 let tx = tx.clone();
                 Box::pin(async move { request(&tx, req).await })
             });
             let h = link.health.clone();
-            let view: udp_client::HealthView = Arc::new(move || {
+            let health: udp_client::HealthView = Arc::new(move || {
                 let h = lock(&h);
                 let outages = h
                     .outages
@@ -422,29 +475,66 @@ impl UdpSide {
                     .collect();
                 (h.confirmed, outages)
             });
-            tokio::spawn(udp_client::run_udp(
-                cfg.server,
-                link.session,
-                udp_plan,
-                link.grace,
-                link.heartbeat,
-                Duration::from_secs(cfg.resolution.as_secs().clamp(1, 60)),
-                link.start,
+            tokio::spawn(udp_client::run_udp(udp_client::UdpSetup {
+                server: cfg.server,
+                session: link.session,
+                plan,
+                grace: link.grace,
+                heartbeat: link.heartbeat,
+                refresh_interval: Duration::from_secs(cfg.resolution.as_secs().clamp(1, 60)),
+                start: link.start,
                 hard_end,
-                requester,
-                view,
-                stop.clone(),
-            ))
+                request,
+                health,
+                stop: stop.clone(),
+            }))
         });
-        UdpSide { stop, task }
+        UdpSide { stop, task, plan }
     }
 
-    /// Stop the UDP ladder (it never lengthens the run) and collect its report.
-    async fn finish(self) -> Option<udp_client::UdpReport> {
+    /// The latest time the UDP part can still be running: its last coarse test on a stream
+    /// binding (opened after its warm-up exchanges, each up to four graces), the refresh
+    /// bindings' test after the longest timeout, each judged within a grace and 8 heartbeats.
+    fn end_bound(&self, link: &ControlLink) -> Duration {
+        let Some(plan) = &self.plan else {
+            return Duration::ZERO;
+        };
+        let judge = link.grace + link.heartbeat * 8 + Duration::from_secs(2);
+        let warm_up = (udp_client::STREAM_GAP + link.grace * 4) * 3;
+        let last_open = plan.fine_offsets.last().copied().unwrap_or_default();
+        last_open + warm_up + plan.horizon + judge + plan.resolution + judge
+    }
+
+    /// Stop the UDP ladders now (interrupted, session ended).
+    fn stop(&self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        match self.task {
-            Some(t) => t.await.ok(),
-            None => None,
+    }
+
+    /// Wait for the UDP ladders to finish and collect their report (at once when cancelled
+    /// or when `ended` says the server ended the session), telling `status` the time left
+    /// (from `end`) every second.
+    async fn finish(
+        self,
+        cancel: &CancellationToken,
+        ended: impl Fn() -> bool,
+        status: impl Fn(Duration),
+        end: impl Fn() -> Duration,
+    ) -> Option<udp_client::UdpReport> {
+        let mut task = self.task?;
+        while !ended() {
+            tokio::select! {
+                r = &mut task => return r.ok(),
+                _ = cancel.cancelled() => break,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => status(end()),
+            }
+        }
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        match tokio::time::timeout(Duration::from_secs(8), &mut task).await {
+            Ok(r) => r.ok(),
+            Err(_) => {
+                task.abort();
+                None
+            }
         }
     }
 }

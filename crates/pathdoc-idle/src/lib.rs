@@ -4,6 +4,7 @@
 //!
 //! Modules: [`schedule`] (which idle times to test with how many connections; pure),
 //! [`verdict`] (findings from outcomes; pure), [`culprit`] (which hop forgets first; pure),
+//! [`owner`] (whose box that is and what the user can do about it; pure),
 //! [`hops`] (TTL hop discovery), [`proto`] (messages), [`server`] (the `pathdoc server` side),
 //! `parking` (the server's one epoll thread for idle probe sockets),
 //! [`client`] (the `pathdoc check --idle` side), [`udp_client`] (its UDP bindings),
@@ -13,6 +14,7 @@ pub mod client;
 pub mod culprit;
 pub mod duration;
 pub mod hops;
+pub mod owner;
 mod parking;
 pub mod proto;
 pub mod schedule;
@@ -23,3 +25,4 @@ pub mod verdict;
 pub use client::{run, IdleConfig, IdleError, IdleResult};
 pub use duration::parse_duration;
 pub use server::IdleService;
+pub use verdict::FINDING_IDS;

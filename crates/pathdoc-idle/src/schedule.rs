@@ -161,6 +161,8 @@ pub struct Ladder {
     pub upper: Option<Duration>,
     /// Tests that died after a longer idle than some probe survived: evidence of flaky results.
     pub contradictions: u32,
+    /// Tests that could not be judged (outage, server ended the connection).
+    pub lost: u32,
     next_coarse: usize,
 }
 
@@ -188,6 +190,7 @@ impl Ladder {
             lower: None,
             upper: None,
             contradictions: 0,
+            lost: 0,
             next_coarse: 0,
         }
     }
@@ -287,8 +290,48 @@ impl Ladder {
                 }
                 self.slots[i].state = SlotState::Gone;
             }
-            TestResult::Lost => self.slots[i].state = SlotState::Gone,
+            TestResult::Lost => {
+                self.lost += 1;
+                self.slots[i].state = SlotState::Gone;
+            }
         }
+    }
+
+    /// The latest time at which this ladder can still fire a test, as far as is known at `now`
+    /// (an upper bound, for the ETA). Once a timeout is bracketed it is exact: the youngest
+    /// probe that will age into the bracket. Before that, the last coarse target fired on the
+    /// most recently refreshed probe that could carry it. `None` after a lost test (an outage
+    /// can make the ladder retry later than planned): only the run's hard end bounds it then.
+    pub fn last_test_by(&self, now: Duration) -> Option<Duration> {
+        if self.finished(now) {
+            return Some(now);
+        }
+        if self.lost > 0 {
+            return None;
+        }
+        // When each usable probe was last active (pending ones: when they will open).
+        let activity: Vec<Duration> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s.state {
+                SlotState::Idle => s.last_activity,
+                SlotState::Pending => Some(self.open_at(i)),
+                _ => None,
+            })
+            .collect();
+        let latest = activity.iter().copied().max().unwrap_or(now);
+        let target = match self.upper {
+            Some(u) => u,
+            None => self
+                .plan
+                .coarse_targets
+                .last()
+                .copied()
+                .unwrap_or(self.plan.horizon)
+                .max(self.plan.horizon),
+        };
+        Some((latest + target).max(now))
     }
 
     pub fn in_flight(&self) -> bool {
@@ -448,6 +491,61 @@ mod tests {
         assert_eq!(u, None);
         assert!(l.unwrap() >= s(7800.0 - 10.0));
         assert!((7800.0..7820.0).contains(&done), "{done}");
+    }
+
+    #[test]
+    fn the_last_test_time_is_an_upper_bound_in_fact() {
+        // Drive ladders as in `simulate`, and check at every tick that no test fires after the
+        // bound given earlier.
+        let table = [
+            (6.0, 20.0, 1.0, 60),
+            (6.5, 20.0, 1.0, 8),
+            (45.0, 300.0, 5.0, 20),
+            (3600.0, 7800.0, 10.0, 60),
+            (1e9, 30.0, 1.0, 12),
+        ];
+        for (timeout, h, r, budget) in table {
+            let mut ladder = Ladder::new(plan_ladder(s(h), s(r), budget, None));
+            let mut pending: Vec<(usize, f64, Duration)> = Vec::new();
+            let mut bound = f64::INFINITY;
+            let mut t = 0.0;
+            while t < h * 3.0 {
+                let now = s(t);
+                for i in 0..ladder.slots.len() {
+                    if ladder.slots[i].state == SlotState::Pending && ladder.open_at(i) <= now {
+                        ladder.opened(i, now);
+                    }
+                }
+                let mut still = Vec::new();
+                for (i, at, idle) in pending.drain(..) {
+                    if at <= t {
+                        let res = if idle.as_secs_f64() < timeout {
+                            TestResult::Alive { idle }
+                        } else {
+                            TestResult::Dead { idle }
+                        };
+                        ladder.record(i, res, now);
+                    } else {
+                        still.push((i, at, idle));
+                    }
+                }
+                pending = still;
+                if ladder.finished(now) && pending.is_empty() {
+                    break;
+                }
+                let due = ladder.due(now);
+                assert!(
+                    due.is_empty() || t <= bound + 1e-9,
+                    "{timeout}: a test fired at {t} after the bound {bound}"
+                );
+                for i in due {
+                    let idle = now - ladder.slots[i].last_activity.unwrap();
+                    pending.push((i, t + r / 2.0, idle));
+                }
+                bound = bound.min(ladder.last_test_by(now).unwrap().as_secs_f64());
+                t += r / 4.0;
+            }
+        }
     }
 
     #[test]

@@ -1,14 +1,26 @@
 //! The UDP half of the idle check (RFC 4787 REQ-5/REQ-6), on the same schedule engine as TCP.
 //!
-//! Each binding is a connected UDP socket on its own source port. It sends one OPEN datagram
-//! (retried until the server answers), then stays silent. A test asks the server over the
-//! control connection (`FireUdp`) to send a PROBE to the binding's public address; it arrived
-//! or not. A binding that got its probe answers it (outbound traffic, which REQ-6 says MUST
-//! refresh the binding), so it can be reused like a surviving TCP probe.
+//! NATs keep UDP bindings in (at least) two classes with different timers. Linux conntrack, for
+//! one, gives a binding that has seen a single request and reply `nf_conntrack_udp_timeout`
+//! (30 s by default) and one with traffic both ways after its first seconds
+//! `nf_conntrack_udp_timeout_stream` (120 s); other NATs have "UDP initial" and "UDP
+//! established" timers. A binding tested and reused moves from the first class into the second,
+//! so mixing them in one ladder makes its evidence contradict itself. Each class therefore gets
+//! its own ladder of bindings:
 //!
-//! REQ-6: two more bindings receive only inbound `REFRESH` datagrams from the server (never
-//! answered) and are tested once the ladder has found the timeout: alive means inbound
-//! traffic refreshes bindings.
+//! * **single exchange**: one `OPEN` (retried until the server's echo), then silence. A binding
+//!   is tested once: a probe that arrives is itself inbound traffic after the first seconds,
+//!   which moves the binding into the other class, so survivors are never reused.
+//! * **stream**: `OPEN` and echo, then two more exchanges [`STREAM_GAP`] apart (the last one past
+//!   Linux's 2-s "still active" threshold), then silence. A binding that got its probe answers
+//!   it (outbound traffic, which REQ-6 says MUST refresh), so it stays a stream and is reused.
+//!
+//! A test asks the server over the control connection (`FireUdp`) to send a PROBE to the
+//! binding's public address; it arrived within the grace or not.
+//!
+//! REQ-6: two more bindings (single exchange at the start) receive only inbound `REFRESH`
+//! datagrams from the server, never answered, and are tested once their silence exceeds the
+//! longest timeout found: alive means inbound traffic refreshes bindings.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -26,20 +38,61 @@ use crate::proto::{udp_kind, ControlReply, ControlRequest, UdpPayload, UDP_PAD};
 use crate::schedule::{Ladder, LadderPlan, SlotState, TestResult};
 use crate::verdict::{DeathKind, LadderOutcome};
 
-/// Tags of UDP bindings live in their own range (TCP probe tags are `group << 16 | slot`).
-const UDP_TAG_BASE: u32 = 0x4000_0000;
+/// Tags of single-exchange bindings (TCP probe tags are `group << 16 | slot`).
+const SINGLE_TAG_BASE: u32 = 0x4000_0000;
+/// Tags of stream bindings.
+const STREAM_TAG_BASE: u32 = 0x4800_0000;
 /// Tags of the inbound-refresh bindings.
 const REFRESH_TAG_BASE: u32 = 0x5000_0000;
 /// Bindings that test inbound refresh.
 const REFRESH_BINDINGS: usize = 2;
+/// Time between the exchanges that make a stream binding: two gaps put the last exchange past
+/// the 2 s after which Linux conntrack treats a replied flow as a stream.
+pub const STREAM_GAP: Duration = Duration::from_millis(1250);
+/// Bindings per class (sockets are cheap; NAT table entries are what we spare).
+pub const BINDINGS_PER_CLASS: usize = 40;
+
+/// The two classes of UDP binding a NAT may time out differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UdpClass {
+    /// One request and its reply, then silence (DNS, a STUN binding request, a SIP REGISTER).
+    SingleExchange,
+    /// Traffic both ways over a few seconds, then silence (a VPN, QUIC or VoIP flow gone quiet).
+    Stream,
+}
+
+impl UdpClass {
+    fn tag_base(self) -> u32 {
+        match self {
+            UdpClass::SingleExchange => SINGLE_TAG_BASE,
+            UdpClass::Stream => STREAM_TAG_BASE,
+        }
+    }
+}
+
+/// What one class's ladder found.
+#[derive(Debug, Clone, Serialize)]
+pub struct UdpClassReport {
+    pub class: UdpClass,
+    pub plan: LadderPlan,
+    pub outcome: LadderOutcome,
+    /// The ladder ran to its end (pinned the timeout, or reached its horizon alive).
+    pub finished: bool,
+    /// Bindings that never opened (the server never echoed OPEN).
+    pub open_failed: u32,
+}
 
 /// What the UDP part found.
 #[derive(Debug, Clone, Serialize)]
 pub struct UdpReport {
-    pub plan: LadderPlan,
-    pub outcome: LadderOutcome,
+    pub single_exchange: UdpClassReport,
+    pub stream: UdpClassReport,
     /// Inbound-refresh bindings (alive, dead) when they could be tested.
     pub inbound_refresh: Option<(u32, u32)>,
+    /// Why the inbound-refresh bindings were not tested, when they were not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inbound_refresh_not_run: Option<String>,
     #[serde(rename = "refresh_interval_s", with = "crate::duration::secs")]
     pub refresh_interval: Duration,
     pub tests: Vec<UdpTest>,
@@ -48,6 +101,9 @@ pub struct UdpReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct UdpTest {
     pub tag: u32,
+    /// `None` for the inbound-refresh bindings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class: Option<UdpClass>,
     pub fired_s: f64,
     pub idle_s: f64,
     pub outcome: String,
@@ -66,82 +122,114 @@ pub(crate) mod futures_like {
 /// The client's health view, shared with the TCP side: outages and the latest confirmed time.
 pub(crate) type HealthView = Arc<dyn Fn() -> (Duration, Vec<(Duration, Duration)>) + Send + Sync>;
 
-enum Ev {
-    Opened(usize, Duration),
-    OpenFailed(usize),
-    Probe(usize, u64, Duration),
+/// Which binding an event is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Who {
+    Class(usize, usize),
+    Refresh(usize),
 }
 
+enum Ev {
+    Opened(Who, Duration),
+    OpenFailed(Who),
+    Probe(Who, u64, Duration),
+}
+
+#[derive(Default)]
 struct Binding {
     sock: Option<Arc<UdpSocket>>,
-    pending: Option<(Duration, Duration, u64, Duration)>, // fired, deadline, nonce, idle
+    pending: Option<Pending>,
     arrived: Option<(u64, Duration)>,
     opening: bool,
+    opened_at: Option<Duration>,
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn open_binding(
+#[derive(Clone, Copy)]
+struct Pending {
+    fired: Duration,
+    deadline: Duration,
+    nonce: u64,
+    idle: Duration,
+}
+
+/// How a binding is set up and treated.
+#[derive(Clone, Copy)]
+struct OpenSpec {
     server: SocketAddr,
     session: SessionId,
-    slot: usize,
     tag: u32,
+    who: Who,
+    /// Extra exchanges after the opening one (stream class).
+    warm_exchanges: u32,
+    /// Answer the server's probes (reused bindings must stay in their class).
     answer_probes: bool,
     grace: Duration,
     start: Instant,
-    tx: mpsc::UnboundedSender<Ev>,
-) -> Option<Arc<UdpSocket>> {
-    let bind = if server.is_ipv4() {
+}
+
+fn datagram(session: SessionId, tag: u32, kind: u16, nonce: u64) -> Vec<u8> {
+    let mut d = Vec::new();
+    UdpHeader { session, kind }.encode(&mut d);
+    d.extend_from_slice(
+        &UdpPayload {
+            tag,
+            nonce,
+            observed: None,
+        }
+        .encode(UDP_PAD),
+    );
+    d
+}
+
+/// Send `kind` until the server echoes it (4 tries, one grace each).
+async fn exchange(sock: &UdpSocket, spec: &OpenSpec, kind: u16, nonce: u64) -> bool {
+    let mut buf = [0u8; 1024];
+    for _ in 0..4 {
+        let _ = sock
+            .send(&datagram(spec.session, spec.tag, kind, nonce))
+            .await;
+        let deadline = Instant::now() + spec.grace;
+        while let Ok(Ok(n)) = tokio::time::timeout_at(deadline, sock.recv(&mut buf)).await {
+            if let Ok((h, payload)) = UdpHeader::decode(&buf[..n]) {
+                let echo_nonce = UdpPayload::decode(payload).map(|p| p.nonce);
+                if h.kind == kind && (kind == udp_kind::OPEN || echo_nonce == Some(nonce)) {
+                    return true;
+                }
+            }
+        }
+    }
+    false
+}
+
+async fn open_binding(spec: OpenSpec, tx: mpsc::UnboundedSender<Ev>) -> Option<Arc<UdpSocket>> {
+    let failed = || {
+        let _ = tx.send(Ev::OpenFailed(spec.who));
+        None
+    };
+    let bind = if spec.server.is_ipv4() {
         "0.0.0.0:0"
     } else {
         "[::]:0"
     };
-    let sock = match UdpSocket::bind(bind).await {
-        Ok(s) => s,
-        Err(_) => {
-            let _ = tx.send(Ev::OpenFailed(slot));
-            return None;
-        }
+    let Ok(sock) = UdpSocket::bind(bind).await else {
+        return failed();
     };
-    if sock.connect(server).await.is_err() {
-        let _ = tx.send(Ev::OpenFailed(slot));
-        return None;
+    if sock.connect(spec.server).await.is_err() {
+        return failed();
     }
-    let datagram = move |kind: u16, nonce: u64| {
-        let mut d = Vec::new();
-        UdpHeader { session, kind }.encode(&mut d);
-        d.extend_from_slice(
-            &UdpPayload {
-                tag,
-                nonce,
-                observed: None,
-            }
-            .encode(UDP_PAD),
-        );
-        d
-    };
+    if !exchange(&sock, &spec, udp_kind::OPEN, 0).await {
+        return failed();
+    }
+    // Stream class: more traffic both ways, the last exchange past the first 2 s.
+    for i in 0..spec.warm_exchanges {
+        tokio::time::sleep(STREAM_GAP).await;
+        // Nonces below 16 are never used by fire requests (those start from a random u64).
+        if !exchange(&sock, &spec, udp_kind::PROBE, u64::from(i) + 1).await {
+            return failed();
+        }
+    }
+    let _ = tx.send(Ev::Opened(spec.who, spec.start.elapsed()));
     let sock = Arc::new(sock);
-    let mut buf = [0u8; 1024];
-    let mut opened = false;
-    for _ in 0..4 {
-        let _ = sock.send(&datagram(udp_kind::OPEN, 0)).await;
-        let deadline = Instant::now() + grace;
-        while let Ok(Ok(n)) = tokio::time::timeout_at(deadline, sock.recv(&mut buf)).await {
-            if let Ok((h, _)) = UdpHeader::decode(&buf[..n]) {
-                if h.kind == udp_kind::OPEN {
-                    opened = true;
-                    break;
-                }
-            }
-        }
-        if opened {
-            break;
-        }
-    }
-    if !opened {
-        let _ = tx.send(Ev::OpenFailed(slot));
-        return None;
-    }
-    let _ = tx.send(Ev::Opened(slot, start.elapsed()));
     let reader = sock.clone();
     tokio::spawn(async move {
         let mut buf = [0u8; 1024];
@@ -160,217 +248,369 @@ async fn open_binding(
                 continue;
             };
             // The server echoes our answer: each probe is recorded and answered once.
-            if answered == Some(p.nonce) {
+            if answered == Some(p.nonce) || p.nonce <= 16 {
                 continue;
             }
             answered = Some(p.nonce);
-            if tx.send(Ev::Probe(slot, p.nonce, start.elapsed())).is_err() {
+            if tx
+                .send(Ev::Probe(spec.who, p.nonce, spec.start.elapsed()))
+                .is_err()
+            {
                 return;
             }
-            if answer_probes {
+            if spec.answer_probes {
                 // Outbound traffic refreshes the binding (REQ-6 MUST) so the survivor is reused.
-                let _ = reader.send(&datagram(udp_kind::PROBE, p.nonce)).await;
+                let _ = reader
+                    .send(&datagram(spec.session, spec.tag, udp_kind::PROBE, p.nonce))
+                    .await;
             }
         }
     });
     Some(sock)
 }
 
-/// Run the UDP ladder and the inbound-refresh bindings until done, `stop` or `hard_end`.
-// Slot indices address the ladder, the bindings and the tags together.
-#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-pub(crate) async fn run_udp(
-    server: SocketAddr,
-    session: SessionId,
-    plan: LadderPlan,
-    grace: Duration,
-    heartbeat: Duration,
-    refresh_interval: Duration,
-    start: Instant,
-    hard_end: Duration,
-    request: Requester,
-    health: HealthView,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-) -> UdpReport {
-    let mut ladder = Ladder::new(plan.clone());
-    let n = ladder.slots.len();
-    let mut bindings: Vec<Binding> = (0..n + REFRESH_BINDINGS)
-        .map(|_| Binding {
-            sock: None,
-            pending: None,
-            arrived: None,
-            opening: false,
-        })
-        .collect();
-    let tag = |i: usize| {
-        if i < n {
-            UDP_TAG_BASE + i as u32
-        } else {
-            REFRESH_TAG_BASE + (i - n) as u32
+/// One class's ladder and its bindings.
+struct ClassRun {
+    class: UdpClass,
+    ladder: Ladder,
+    bindings: Vec<Binding>,
+    open_failed: u32,
+}
+
+impl ClassRun {
+    fn new(class: UdpClass, plan: LadderPlan) -> Self {
+        let ladder = Ladder::new(plan);
+        let bindings = (0..ladder.slots.len())
+            .map(|_| Binding::default())
+            .collect();
+        ClassRun {
+            class,
+            ladder,
+            bindings,
+            open_failed: 0,
         }
-    };
+    }
+
+    fn tag(&self, i: usize) -> u32 {
+        self.class.tag_base() + i as u32
+    }
+
+    fn report(&self, tests: &[UdpTest], stopped_early: bool, now: Duration) -> UdpClassReport {
+        let mine: Vec<&UdpTest> = tests
+            .iter()
+            .filter(|t| t.class == Some(self.class))
+            .collect();
+        let dead = mine.iter().filter(|t| t.outcome == "dead").count() as u32;
+        let outcome = LadderOutcome {
+            lower: self.ladder.lower,
+            upper: self.ladder.upper,
+            resolution: self.ladder.plan.resolution,
+            horizon: self.ladder.plan.horizon,
+            tests: mine.len() as u32,
+            lost_to_outage: mine
+                .iter()
+                .filter(|t| t.outcome == "lost to outage")
+                .count() as u32,
+            contradictions: self.ladder.contradictions,
+            deaths: if dead > 0 {
+                vec![(DeathKind::SilentDrop, dead)]
+            } else {
+                Vec::new()
+            },
+        };
+        UdpClassReport {
+            class: self.class,
+            plan: self.ladder.plan.clone(),
+            outcome,
+            finished: !stopped_early || self.ladder.finished(now),
+            open_failed: self.open_failed,
+        }
+    }
+}
+
+/// Everything `run_udp` needs from the client.
+pub(crate) struct UdpSetup {
+    pub server: SocketAddr,
+    pub session: SessionId,
+    pub plan: LadderPlan,
+    pub grace: Duration,
+    pub heartbeat: Duration,
+    pub refresh_interval: Duration,
+    pub start: Instant,
+    /// Nothing is fired after this; the run ends at it at the latest.
+    pub hard_end: Duration,
+    pub request: Requester,
+    pub health: HealthView,
+    /// Set when the run must end now (interrupted, the server ended the session).
+    pub stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Run both classes' ladders and the inbound-refresh bindings until done, `stop` or `hard_end`.
+pub(crate) async fn run_udp(s: UdpSetup) -> UdpReport {
+    let mut classes = [
+        ClassRun::new(UdpClass::SingleExchange, s.plan.clone()),
+        ClassRun::new(UdpClass::Stream, s.plan.clone()),
+    ];
+    let mut refresh: Vec<Binding> = (0..REFRESH_BINDINGS).map(|_| Binding::default()).collect();
     let (tx, mut rx) = mpsc::unbounded_channel::<Ev>();
-    let (sock_tx, mut sock_rx) = mpsc::unbounded_channel::<(usize, Arc<UdpSocket>)>();
-    let mut refresh_opened: Vec<usize> = Vec::new();
+    let (sock_tx, mut sock_rx) = mpsc::unbounded_channel::<(Who, Arc<UdpSocket>)>();
     let mut refresh_started = false;
     let mut refresh_done: Option<(u32, u32)> = None;
     let mut refresh_fired = false;
     let mut tests = Vec::new();
-    let mut nonce: u64 = rand::random();
-    let tick = (plan.resolution / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
-    loop {
-        let now = start.elapsed();
-        while let Ok((i, s)) = sock_rx.try_recv() {
-            bindings[i].sock = Some(s);
+    let mut nonce: u64 = rand::random::<u64>() | 0x1000;
+    let tick = (s.plan.resolution / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let stopped_early = loop {
+        let now = s.start.elapsed();
+        while let Ok((who, sock)) = sock_rx.try_recv() {
+            match who {
+                Who::Class(c, i) => classes[c].bindings[i].sock = Some(sock),
+                Who::Refresh(i) => refresh[i].sock = Some(sock),
+            }
         }
         while let Ok(ev) = rx.try_recv() {
             match ev {
-                Ev::Opened(i, at) if i < n => ladder.opened(i, at),
-                Ev::Opened(i, _) => refresh_opened.push(i),
-                Ev::OpenFailed(i) if i < n => ladder.lost_slot(i),
-                Ev::OpenFailed(_) => {}
-                Ev::Probe(i, nonce, at) => bindings[i].arrived = Some((nonce, at)),
+                Ev::Opened(Who::Class(c, i), at) => {
+                    classes[c].ladder.opened(i, at);
+                    classes[c].bindings[i].opened_at = Some(at);
+                }
+                Ev::Opened(Who::Refresh(i), at) => refresh[i].opened_at = Some(at),
+                Ev::OpenFailed(Who::Class(c, i)) => {
+                    classes[c].ladder.lost_slot(i);
+                    classes[c].open_failed += 1;
+                }
+                Ev::OpenFailed(Who::Refresh(_)) => {}
+                Ev::Probe(Who::Class(c, i), n, at) => {
+                    classes[c].bindings[i].arrived = Some((n, at))
+                }
+                Ev::Probe(Who::Refresh(i), n, at) => refresh[i].arrived = Some((n, at)),
             }
         }
+        let stopped = s.stop.load(std::sync::atomic::Ordering::Relaxed);
         // Open bindings whose time has come (refresh bindings at the start).
-        for i in 0..n + REFRESH_BINDINGS {
-            let due = if i < n {
-                ladder.slots[i].state == SlotState::Pending && ladder.open_at(i) <= now
-            } else {
-                true
-            };
-            if due && !bindings[i].opening {
-                bindings[i].opening = true;
-                let (tx, sock_tx) = (tx.clone(), sock_tx.clone());
-                let t = tag(i);
-                tokio::spawn(async move {
-                    if let Some(s) =
-                        open_binding(server, session, i, t, i < n, grace, start, tx).await
-                    {
-                        let _ = sock_tx.send((i, s));
+        if !stopped {
+            for (c, class) in classes.iter_mut().enumerate() {
+                for i in 0..class.bindings.len() {
+                    let due = class.ladder.slots[i].state == SlotState::Pending
+                        && class.ladder.open_at(i) <= now;
+                    if due && !class.bindings[i].opening {
+                        class.bindings[i].opening = true;
+                        let spec = OpenSpec {
+                            server: s.server,
+                            session: s.session,
+                            tag: class.tag(i),
+                            who: Who::Class(c, i),
+                            warm_exchanges: if class.class == UdpClass::Stream {
+                                2
+                            } else {
+                                0
+                            },
+                            answer_probes: class.class == UdpClass::Stream,
+                            grace: s.grace,
+                            start: s.start,
+                        };
+                        spawn_open(spec, tx.clone(), sock_tx.clone());
                     }
-                });
+                }
+            }
+            for (i, b) in refresh.iter_mut().enumerate() {
+                if !b.opening {
+                    b.opening = true;
+                    let spec = OpenSpec {
+                        server: s.server,
+                        session: s.session,
+                        tag: REFRESH_TAG_BASE + i as u32,
+                        who: Who::Refresh(i),
+                        warm_exchanges: 0,
+                        answer_probes: false,
+                        grace: s.grace,
+                        start: s.start,
+                    };
+                    spawn_open(spec, tx.clone(), sock_tx.clone());
+                }
             }
         }
-        if !refresh_started && refresh_opened.len() == REFRESH_BINDINGS {
+        if !refresh_started && refresh.iter().all(|b| b.opened_at.is_some()) {
             refresh_started = true;
-            let tags = refresh_opened.iter().map(|&i| tag(i)).collect();
-            let _ = request(ControlRequest::UdpRefresh {
+            let tags = (0..REFRESH_BINDINGS)
+                .map(|i| REFRESH_TAG_BASE + i as u32)
+                .collect();
+            let _ = (s.request)(ControlRequest::UdpRefresh {
                 tags,
-                interval_ms: to_ms(refresh_interval),
+                interval_ms: to_ms(s.refresh_interval),
             })
             .await;
         }
         // Judge tests.
-        let (confirmed, outages) = health();
-        for i in 0..n + REFRESH_BINDINGS {
-            let Some((fired, deadline, pnonce, idle)) = bindings[i].pending else {
-                continue;
-            };
-            if now < deadline {
-                continue;
+        let (confirmed, outages) = (s.health)();
+        let judge = |b: &mut Binding| -> Option<(Pending, TestResult, &'static str)> {
+            let p = b.pending?;
+            if now < p.deadline {
+                return None;
             }
             let overlap = outages
                 .iter()
-                .any(|&(s, e)| s <= deadline && e >= fired.saturating_sub(heartbeat));
-            if !overlap && confirmed < deadline && now < deadline + heartbeat * 8 {
-                continue;
+                .any(|&(st, e)| st <= p.deadline && e >= p.fired.saturating_sub(s.heartbeat));
+            if !overlap && confirmed < p.deadline && now < p.deadline + s.heartbeat * 8 {
+                return None;
             }
-            bindings[i].pending = None;
-            let arrived = bindings[i]
+            b.pending = None;
+            let arrived = b
                 .arrived
-                .is_some_and(|(n, at)| n == pnonce && at <= deadline);
-            let (result, outcome) = if overlap || (!arrived && confirmed < deadline) {
-                (TestResult::Lost, "lost to outage")
+                .is_some_and(|(n, at)| n == p.nonce && at <= p.deadline);
+            Some(if overlap || (!arrived && confirmed < p.deadline) {
+                (p, TestResult::Lost, "lost to outage")
             } else if arrived {
-                (TestResult::Alive { idle }, "alive")
+                (p, TestResult::Alive { idle: p.idle }, "alive")
             } else {
-                (TestResult::Dead { idle }, "dead")
-            };
-            if i < n {
-                ladder.record(i, result, now);
-            } else {
-                let r = refresh_done.get_or_insert((0, 0));
-                match result {
-                    TestResult::Alive { .. } => r.0 += 1,
-                    TestResult::Dead { .. } => r.1 += 1,
-                    TestResult::Lost => {}
+                (p, TestResult::Dead { idle: p.idle }, "dead")
+            })
+        };
+        for class in classes.iter_mut() {
+            for i in 0..class.bindings.len() {
+                let Some((p, result, outcome)) = judge(&mut class.bindings[i]) else {
+                    continue;
+                };
+                class.ladder.record(i, result, now);
+                if class.class == UdpClass::SingleExchange {
+                    // The probe moved a surviving binding into the stream class: never reused.
+                    class.ladder.slots[i].state = SlotState::Gone;
                 }
+                tests.push(UdpTest {
+                    tag: class.tag(i),
+                    class: Some(class.class),
+                    fired_s: p.fired.as_secs_f64(),
+                    idle_s: p.idle.as_secs_f64(),
+                    outcome: outcome.into(),
+                    inbound_refresh: false,
+                });
+            }
+        }
+        for (i, b) in refresh.iter_mut().enumerate() {
+            let Some((p, result, outcome)) = judge(b) else {
+                continue;
+            };
+            let r = refresh_done.get_or_insert((0, 0));
+            match result {
+                TestResult::Alive { .. } => r.0 += 1,
+                TestResult::Dead { .. } => r.1 += 1,
+                TestResult::Lost => {}
             }
             tests.push(UdpTest {
-                tag: tag(i),
-                fired_s: fired.as_secs_f64(),
-                idle_s: idle.as_secs_f64(),
+                tag: REFRESH_TAG_BASE + i as u32,
+                class: None,
+                fired_s: p.fired.as_secs_f64(),
+                idle_s: p.idle.as_secs_f64(),
                 outcome: outcome.into(),
-                inbound_refresh: i >= n,
+                inbound_refresh: true,
             });
         }
-        // Fire due tests; the refresh bindings once the ladder is done.
-        // The TCP side ending stops the UDP ladder too: UDP never lengthens the run.
-        let stopped = stop.load(std::sync::atomic::Ordering::Relaxed);
-        let mut fire: Vec<usize> = if stopped { Vec::new() } else { ladder.due(now) };
-        let done = stopped || ladder.finished(now);
-        if done && !refresh_fired {
-            refresh_fired = true;
-            if ladder.upper.is_some() {
-                fire.extend(refresh_opened.iter().copied());
+        // Fire due tests; the refresh bindings once the ladders are done and their silence is
+        // longer than every timeout found.
+        let mut fire: Vec<(Who, u32)> = Vec::new();
+        if !stopped && now <= s.hard_end {
+            for (c, class) in classes.iter_mut().enumerate() {
+                for i in class.ladder.due(now) {
+                    fire.push((Who::Class(c, i), class.tag(i)));
+                }
+            }
+        }
+        let ladders_done = classes.iter().all(|c| c.ladder.finished(now));
+        let longest = classes.iter().filter_map(|c| c.ladder.upper).max();
+        if ladders_done && !refresh_fired && !stopped {
+            match longest {
+                None => refresh_fired = true,
+                Some(t) => {
+                    let old_enough = refresh
+                        .iter()
+                        .filter_map(|b| b.opened_at)
+                        .all(|at| now.saturating_sub(at) > t + s.plan.resolution);
+                    if old_enough {
+                        refresh_fired = true;
+                        for (i, b) in refresh.iter().enumerate() {
+                            if b.opened_at.is_some() {
+                                fire.push((Who::Refresh(i), REFRESH_TAG_BASE + i as u32));
+                            }
+                        }
+                    }
+                }
             }
         }
         if !fire.is_empty() {
             nonce += 1;
-            let tags: Vec<u32> = fire.iter().map(|&i| tag(i)).collect();
-            let reply = request(ControlRequest::FireUdp { tags, nonce }).await;
-            let now = start.elapsed();
+            let tags: Vec<u32> = fire.iter().map(|&(_, t)| t).collect();
+            let reply = (s.request)(ControlRequest::FireUdp { tags, nonce }).await;
+            let now = s.start.elapsed();
             let fired: HashMap<u32, crate::proto::Fired> = match reply {
                 Ok(ControlReply::Fired { fired }) => {
                     fired.into_iter().map(|f| (f.tag, f)).collect()
                 }
                 _ => HashMap::new(),
             };
-            for i in fire {
-                match fired.get(&tag(i)) {
-                    Some(f) if f.sent => {
-                        let idle = f.idle_ms.map(ms).unwrap_or_default();
-                        bindings[i].pending = Some((now, now + grace, nonce, idle));
+            for (who, tag) in fire {
+                let sent = fired.get(&tag).filter(|f| f.sent);
+                let b = match who {
+                    Who::Class(c, i) => &mut classes[c].bindings[i],
+                    Who::Refresh(i) => &mut refresh[i],
+                };
+                match (sent, who) {
+                    (Some(f), _) => {
+                        b.pending = Some(Pending {
+                            fired: now,
+                            deadline: now + s.grace,
+                            nonce,
+                            idle: f.idle_ms.map(ms).unwrap_or_default(),
+                        });
                     }
-                    _ if i < n => ladder.record(i, TestResult::Lost, now),
-                    _ => {}
+                    (None, Who::Class(c, i)) => classes[c].ladder.record(i, TestResult::Lost, now),
+                    (None, Who::Refresh(_)) => {}
                 }
             }
         }
-        let busy = bindings.iter().any(|b| b.pending.is_some());
-        if (done && refresh_fired && !busy) || now > hard_end {
-            break;
+        let busy = classes
+            .iter()
+            .flat_map(|c| c.bindings.iter())
+            .chain(refresh.iter())
+            .any(|b| b.pending.is_some());
+        let complete = ladders_done && refresh_fired && !busy;
+        if complete || stopped || now > s.hard_end {
+            break !complete;
         }
         tokio::time::sleep(tick).await;
-    }
-    drop(bindings);
-    let mut deaths = Vec::new();
-    let dead = tests
-        .iter()
-        .filter(|t| !t.inbound_refresh && t.outcome == "dead")
-        .count() as u32;
-    if dead > 0 {
-        deaths.push((DeathKind::SilentDrop, dead));
-    }
-    let outcome = LadderOutcome {
-        lower: ladder.lower,
-        upper: ladder.upper,
-        resolution: plan.resolution,
-        horizon: plan.horizon,
-        tests: tests.iter().filter(|t| !t.inbound_refresh).count() as u32,
-        lost_to_outage: tests
-            .iter()
-            .filter(|t| t.outcome == "lost to outage")
-            .count() as u32,
-        contradictions: ladder.contradictions,
-        deaths,
     };
+    let now = s.start.elapsed();
+    let inbound_refresh_not_run = match (refresh_done, refresh_fired) {
+        (Some(_), _) => None,
+        (None, true) if classes.iter().all(|c| c.ladder.upper.is_none()) => {
+            Some("no UDP binding timed out, so there was nothing to outlive".to_string())
+        }
+        _ if refresh.iter().any(|b| b.opened_at.is_none()) => {
+            Some("the refresh bindings did not open".to_string())
+        }
+        _ => Some("the run ended before their silence exceeded the timeout found".to_string()),
+    };
+    let single = classes[0].report(&tests, stopped_early, now);
+    let stream = classes[1].report(&tests, stopped_early, now);
+    drop(classes);
+    drop(refresh);
     UdpReport {
-        plan,
-        outcome,
+        single_exchange: single,
+        stream,
         inbound_refresh: refresh_done,
-        refresh_interval,
+        inbound_refresh_not_run,
+        refresh_interval: s.refresh_interval,
         tests,
     }
+}
+
+fn spawn_open(
+    spec: OpenSpec,
+    tx: mpsc::UnboundedSender<Ev>,
+    sock_tx: mpsc::UnboundedSender<(Who, Arc<UdpSocket>)>,
+) {
+    tokio::spawn(async move {
+        if let Some(sock) = open_binding(spec, tx).await {
+            let _ = sock_tx.send((spec.who, sock));
+        }
+    });
 }

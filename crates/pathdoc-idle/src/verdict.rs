@@ -1,18 +1,70 @@
 //! Turning ladder outcomes into findings: PASS/FAIL per RFC requirement, the evidence, and the
-//! fix. Pure functions; the client fills the inputs from what its probes saw.
+//! fix on the host it applies to. Pure functions; the client fills the inputs from what its
+//! probes saw.
+//!
+//! Rules that hold for every finding here: evidence that contradicts itself (a probe died after
+//! a shorter idle time than another survived) is INCONCLUSIVE, never FAIL; remedies about the
+//! box that forgets come from [`crate::owner`] only, so two findings never advise differently;
+//! a session the server ended, a run that was interrupted and a probe mode that did not run or
+//! finish are findings that say so, never read as a timeout or an outage.
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use pathdoc_core::units::format_duration;
-use pathdoc_core::{Evidence, Finding, Quantity, Remedy, Status};
+use pathdoc_core::{Direction, Evidence, Finding, FindingId, Host, Quantity, Remedy, Status};
 use serde::Serialize;
 
 use crate::culprit::{CulpritAnalysis, Location, Segment};
 use crate::hops::PathHops;
+use crate::owner::{box_remedies, Fault, Owner};
 use crate::schedule::{RFC4787_FLOOR, RFC4787_RECOMMENDED, RFC5382_FLOOR};
+use crate::udp_client::{UdpClass, UdpClassReport, UdpReport};
 
 const CHECK: &str = "idle";
+
+/// Every finding id the idle check emits.
+pub const FINDING_IDS: &[FindingId] = &[
+    FindingId {
+        id: "tcp-idle-timeout",
+        meaning: "when an idle TCP connection is forgotten (server-initiated probes), against RFC 5382 REQ-5 (≥ 2 h 4 min): FAIL below, PASS when no timeout up to ≥ 2 h 4 min, INFO for a shorter run without timeout, INCONCLUSIVE when the evidence contradicts itself or nothing could be judged",
+    },
+    FindingId {
+        id: "tcp-state-rebuilt",
+        meaning: "whether client-initiated probes revive an expired connection: WARN when only outbound traffic revives it, INFO otherwise",
+    },
+    FindingId {
+        id: "tcp-keepalive-refresh",
+        meaning: "whether TCP keepalives keep the state: PASS, WARN when they do not, INFO when not tested (with why)",
+    },
+    FindingId {
+        id: "tcp-idle-culprit-hop",
+        meaning: "which hop forgets first (hop field), with the other boxes' timeouts: FAIL below RFC 5382's floor, INCONCLUSIVE when it cannot be located (with why)",
+    },
+    FindingId {
+        id: "udp-single-exchange-timeout",
+        meaning: "when a UDP binding that saw one request and reply is forgotten, against RFC 4787 REQ-5 (≥ 2 min, 5 min recommended): FAIL/WARN/PASS, INFO for a lower bound, INCONCLUSIVE when contradictory or not measured",
+    },
+    FindingId {
+        id: "udp-stream-timeout",
+        meaning: "the same for a UDP binding with traffic both ways (a VPN, QUIC or VoIP flow gone quiet)",
+    },
+    FindingId {
+        id: "udp-inbound-refresh",
+        meaning: "RFC 4787 REQ-6: whether datagrams from the server alone keep a binding alive (direction server-to-client): INFO",
+    },
+    FindingId {
+        id: "idle-outages",
+        meaning: "the control connection lost its heartbeat (network outage, suspend, address change); tests overlapping it were discarded: INFO",
+    },
+    FindingId {
+        id: "idle-session-ended",
+        meaning: "the server ended the session (its --max-session-secs, a restart or shutdown) before the run was done: INCONCLUSIVE, never read as an outage or a timeout",
+    },
+    FindingId {
+        id: "probe-mode-not-run",
+        meaning: "a probe mode did not run or did not finish (interrupted, session ended, the run's deadline, no UDP answer), with why: INFO",
+    },
+];
 
 /// How a probe's test failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -73,6 +125,21 @@ impl LadderOutcome {
     fn main_death(&self) -> Option<DeathKind> {
         self.deaths.iter().max_by_key(|(_, n)| *n).map(|(k, _)| *k)
     }
+
+    /// Some probe died after an idle time no longer than another survived.
+    pub fn contradicts_itself(&self) -> bool {
+        self.contradictions > 0
+    }
+}
+
+/// The server ended the session before the run was done.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionEnd {
+    /// When, since the start of the run.
+    #[serde(rename = "at_s", with = "crate::duration::secs")]
+    pub at: Duration,
+    /// What the client saw (e.g. the server's refusal to resume).
+    pub seen: String,
 }
 
 /// Context shared by the findings.
@@ -83,6 +150,28 @@ pub struct RunSummary {
     pub outages: u32,
     pub outage_time: Duration,
     pub public_addr: String,
+    /// The server ended the session.
+    pub session_end: Option<SessionEnd>,
+    /// The user interrupted the run at this time.
+    pub interrupted: Option<Duration>,
+}
+
+impl RunSummary {
+    /// Why tests stopped early, in words, if they did.
+    fn cut_short(&self) -> Option<String> {
+        if let Some(at) = self.interrupted {
+            return Some(format!(
+                "the run was interrupted after {}",
+                format_duration(at)
+            ));
+        }
+        self.session_end.as_ref().map(|e| {
+            format!(
+                "the server ended the session after {}",
+                format_duration(e.at)
+            )
+        })
+    }
 }
 
 fn death_words(k: DeathKind) -> &'static str {
@@ -102,20 +191,74 @@ pub fn safe_interval(lower: Duration) -> u64 {
     (lower.as_secs() / 2).max(1)
 }
 
+/// What the keepalive-only probes showed at the end of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct KeepaliveOutcome {
+    #[serde(rename = "interval_s", with = "crate::duration::secs")]
+    pub interval: Duration,
+    /// How long they carried no data when finally tested.
+    #[serde(rename = "idle_data_s", with = "crate::duration::secs")]
+    pub idle_data: Duration,
+    pub alive: u32,
+    pub dead: u32,
+}
+
+/// The keepalive probes' part of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Keepalive {
+    /// Turned off (`--idle-no-keepalive`).
+    Off,
+    Tested(KeepaliveOutcome),
+    /// Enabled but not tested, and why.
+    NotRun(String),
+}
+
+/// Keepalives every `interval` s on the client and the server (ssh, the kernel, applications):
+/// what keeps any connection alive whoever owns the box.
+fn keepalive_remedies(interval: u64) -> Vec<Remedy> {
+    vec![
+        Remedy::new(format!("ssh: send a keepalive every {interval} s, well below the timeout (~/.ssh/config)"))
+            .on(Host::Client)
+            .with_command(format!("Host *\n    ServerAliveInterval {interval}\n    ServerAliveCountMax 3")),
+        Remedy::new("sshd: the same from the server's side (/etc/ssh/sshd_config)")
+            .on(Host::Server)
+            .with_command(format!("ClientAliveInterval {interval}\nClientAliveCountMax 3")),
+        Remedy::new("Linux: start TCP keepalives before the timeout (applications must enable SO_KEEPALIVE)")
+            .on(Host::BothEnds)
+            .with_command(format!(
+                "sysctl -w net.ipv4.tcp_keepalive_time={interval} net.ipv4.tcp_keepalive_intvl={} net.ipv4.tcp_keepalive_probes=5",
+                (interval / 3).max(1)
+            )),
+        Remedy::new(format!(
+            "Applications you write: send an application-level keepalive at least every {interval} s on idle connections"
+        ))
+        .on(Host::Other { name: "the applications that keep idle connections".into() }),
+    ]
+}
+
 /// Findings for TCP: the RFC 5382 REQ-5 verdict from server-initiated probes, what
 /// client-initiated probes add (state rebuilt by outbound traffic?) and whether TCP keepalives
-/// keep the state.
+/// keep the state. `owner` is the box that forgets, as far as the culprit search located it.
 pub fn tcp_findings(
     server: &LadderOutcome,
     client: Option<&LadderOutcome>,
-    keepalive: Option<KeepaliveOutcome>,
+    keepalive: &Keepalive,
     run: &RunSummary,
+    owner: &Owner,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     let req = "RFC 5382 REQ-5: an established TCP connection's idle timeout MUST NOT be less than 2 h 4 min";
     let base = |status, title: String| {
-        Finding::new(CHECK, "tcp-idle-timeout", status, title).requirement(req)
+        let f = Finding::new(CHECK, "tcp-idle-timeout", status, title).requirement(req);
+        match owner.hop() {
+            Some(h) if server.upper.is_some() => f.hop(h as u32),
+            _ => f,
+        }
     };
+    let cut = run
+        .cut_short()
+        .map(|why| format!(" ({why}; this is what was measured until then)"))
+        .unwrap_or_default();
     let common = |f: Finding| {
         f.evidence(Evidence::new(
             "server-initiated probes tested",
@@ -134,27 +277,40 @@ pub fn tcp_findings(
             Quantity::Text(run.public_addr.clone()),
         ))
     };
-    let f = if server.contradictions > 0
-        && server.lower.zip(server.upper).is_some_and(|(l, u)| l >= u)
-    {
-        base(Status::Inconclusive, "idle-timeout results contradict each other".into()).summary(format!(
-            "Some probes died after a shorter idle time than others survived ({} contradictions): the path loses packets or \
-             state for reasons other than idle time. Re-run on a quieter path.",
-            server.contradictions
-        ))
+    let f = if server.contradicts_itself() {
+        common(
+            base(Status::Inconclusive, "idle-timeout results contradict each other".into())
+                .summary(format!(
+                    "Some server-initiated probes died after an idle time no longer than others survived ({} such tests; \
+                     longest idle survived {}, shortest that killed {}). A box that forgets by idle time alone never does that: \
+                     the path loses packets or state for other reasons. Not judged; re-run on a quieter path.{cut}",
+                    server.contradictions,
+                    server.lower.map_or("none".into(), format_duration),
+                    server.upper.map_or("none".into(), format_duration),
+                ))
+                .evidence(Evidence::new("contradicting tests", Quantity::Count(server.contradictions as u64))),
+        )
     } else {
         match (server.lower, server.upper) {
             (lower, Some(upper)) => {
                 let lower = lower.unwrap_or_default();
                 let (est, pm) = server.estimate().unwrap_or_default();
-                let status = if upper <= RFC5382_FLOOR { Status::Fail } else { Status::Pass };
+                let status = if upper <= RFC5382_FLOOR {
+                    Status::Fail
+                } else {
+                    Status::Pass
+                };
                 let how = server.main_death().map(death_words).unwrap_or("lost");
                 let interval = safe_interval(lower);
+                let who = match owner {
+                    Owner::Unknown => "A stateful box on the path".to_string(),
+                    o => capitalize(&o.words()),
+                };
                 let mut f = base(status, format!("idle TCP connections are dropped after {} ± {}", format_duration(est), format_duration(pm)))
                     .summary(format!(
-                        "A probe the server sent after {} idle got through; after {} idle it was {how}. A stateful box on the path \
-                         forgets idle connections {}{}. Any connection silent longer than that (an idle ssh session, a transfer \
-                         waiting on a slow peer) dies without notice.",
+                        "A probe the server sent after {} idle got through; after {} idle it was {how}. {who} forgets idle \
+                         connections {}{}. Any connection silent longer than that (an idle ssh session, a transfer waiting on a \
+                         slow peer) dies without notice.{cut}",
                         format_duration(lower),
                         format_duration(upper),
                         server.bracket(),
@@ -163,28 +319,17 @@ pub fn tcp_findings(
                     .evidence(Evidence::new("longest idle survived", Quantity::duration(lower)))
                     .evidence(Evidence::new("shortest idle that killed the connection", Quantity::duration(upper)).with_detail(how));
                 for (k, n) in &server.deaths {
-                    f = f.evidence(Evidence::new(format!("probes {}", death_words(*k)), Quantity::Count(*n as u64)));
+                    f = f.evidence(Evidence::new(
+                        format!("probes {}", death_words(*k)),
+                        Quantity::Count(*n as u64),
+                    ));
                 }
-                f = common(f);
-                f = f
-                    .remedy(Remedy::new(format!("ssh: send a keepalive every {interval} s, well below the timeout (~/.ssh/config)"))
-                        .with_command(format!("Host *\n    ServerAliveInterval {interval}\n    ServerAliveCountMax 3")))
-                    .remedy(Remedy::new("Linux: start TCP keepalives before the timeout (applications must enable SO_KEEPALIVE)")
-                        .with_command(format!(
-                            "sysctl -w net.ipv4.tcp_keepalive_time={interval} net.ipv4.tcp_keepalive_intvl={} net.ipv4.tcp_keepalive_probes=5",
-                            (interval / 3).max(1)
-                        )))
-                    .remedy(Remedy::new(format!(
-                        "Applications you write: send an application-level keepalive at least every {interval} s on idle connections"
-                    )));
+                f = common(f).remedies(keepalive_remedies(interval));
                 if status == Status::Fail {
-                    f = f.remedy(Remedy::new(format!(
-                        "Tell your ISP: \"Idle TCP connections through your network are dropped after about {} (measured with \
-                         server-initiated probes, ±{}); RFC 5382 REQ-5 requires at least 2 hours 4 minutes. Please raise the \
-                         established-connection timeout of your NAT/CGN or give me a public address.\"",
-                        format_duration(est),
-                        format_duration(pm)
-                    )));
+                    f = f.remedies(box_remedies(
+                        owner,
+                        Fault::TcpEstablished { timeout: est, pm },
+                    ));
                 }
                 f
             }
@@ -198,19 +343,27 @@ pub fn tcp_findings(
                     } else {
                         format!(
                             "Every server-initiated probe got through, the longest after {} idle. The run was shorter than the \
-                             2 h 4 min floor, so REQ-5 itself is not proven; run with --idle-max 2h10m to prove it.",
+                             2 h 4 min floor, so REQ-5 itself is not proven; run with --idle-max 2h10m to prove it.{cut}",
                             format_duration(lower)
                         )
                     }),
                 )
                 .evidence(Evidence::new("longest idle survived", Quantity::duration(lower)))
             }
-            (None, None) => common(base(Status::Inconclusive, "no idle probe could be judged".into()).summary(format!(
-                "None of the probes produced a usable result ({} lost to outages of the control connection, {} in total). \
-                 Check connectivity to the server and re-run.",
-                server.lost_to_outage,
-                format_duration(run.outage_time)
-            ))),
+            (None, None) => {
+                let why = match run.cut_short() {
+                    Some(why) => format!("{}: no server-initiated test had finished.", capitalize(&why)),
+                    None => format!(
+                        "None of the probes produced a usable result ({} lost to outages of the control connection, {} in total). \
+                         Check connectivity to the server and re-run.",
+                        server.lost_to_outage,
+                        format_duration(run.outage_time)
+                    ),
+                };
+                common(
+                    base(Status::Inconclusive, "no idle probe could be judged".into()).summary(why),
+                )
+            }
         }
     };
     out.push(f);
@@ -228,7 +381,7 @@ pub fn tcp_findings(
                 ))
                 .evidence(Evidence::new("client-initiated: longest idle answered", Quantity::duration(c.lower.unwrap_or_default())))
                 .evidence(Evidence::new("server-initiated: shortest idle that died", Quantity::duration(su)))
-                .remedy(Remedy::new("Keep the connection busy from either side more often than the timeout (see the keepalive fixes above)")),
+                .remedy(Remedy::new("Keep the connection busy from either side more often than the timeout (the keepalives of tcp-idle-timeout)").on(Host::BothEnds)),
             Some(cu) => {
                 let how = c.main_death().map(death_words).unwrap_or("lost");
                 Finding::new(CHECK, "tcp-state-rebuilt", Status::Info, "expired connections stay dead in both directions")
@@ -240,71 +393,115 @@ pub fn tcp_findings(
                     .evidence(Evidence::new("client-initiated: shortest idle that died", Quantity::duration(cu)).with_detail(how))
             }
             None => Finding::new(CHECK, "tcp-state-rebuilt", Status::Info, "client-initiated probes inconclusive")
-                .summary("Client-initiated probes did not run long enough to compare with the server-initiated ones."),
+                .summary(format!(
+                    "Client-initiated probes did not run long enough to compare with the server-initiated ones (longest idle answered: {}){}.",
+                    c.lower.map_or("none".into(), format_duration),
+                    run.cut_short().map(|w| format!("; {w}")).unwrap_or_default()
+                )),
         };
         out.push(f);
     }
 
-    if let (Some(k), Some(su)) = (keepalive, server.upper) {
-        let f = if k.idle_data <= su {
-            Finding::new(CHECK, "tcp-keepalive-refresh", Status::Info, "TCP keepalive effect not measured")
-                .summary("The keepalive probes were not idle longer than the timeout, so they prove nothing either way.")
-        } else if k.alive > 0 && k.dead == 0 {
-            Finding::new(CHECK, "tcp-keepalive-refresh", Status::Pass, "TCP keepalives keep the connection alive")
-                .summary(format!(
-                    "Connections with TCP keepalives every {} carried no data for {} (longer than the timeout) and still \
-                     received the server's probe: keepalives refresh the state, so the sysctl/ssh fixes work.",
-                    format_duration(k.interval),
-                    format_duration(k.idle_data)
-                ))
-                .evidence(Evidence::new("keepalive probes alive", Quantity::Count(k.alive as u64)))
-        } else {
-            Finding::new(CHECK, "tcp-keepalive-refresh", Status::Warn, "TCP keepalives do not keep the connection alive")
-                .summary(format!(
-                    "Connections with TCP keepalives every {} still died after {} without data: the box ignores keepalive \
-                     segments. Only data keeps the state: use an application keepalive (ssh ServerAliveInterval).",
-                    format_duration(k.interval),
-                    format_duration(k.idle_data)
-                ))
-                .evidence(Evidence::new("keepalive probes dead", Quantity::Count(k.dead as u64)))
+    if let Some(su) = server.upper.filter(|_| !server.contradicts_itself()) {
+        let f = match keepalive {
+            Keepalive::Off => None,
+            Keepalive::NotRun(why) => Some(
+                Finding::new(CHECK, "tcp-keepalive-refresh", Status::Info, "TCP keepalive probes were not tested")
+                    .summary(format!("The keepalive probes were not tested: {why}. Whether keepalives keep the state is unknown.")),
+            ),
+            Keepalive::Tested(k) if k.idle_data <= su => Some(
+                Finding::new(CHECK, "tcp-keepalive-refresh", Status::Info, "TCP keepalive effect not measured")
+                    .summary("The keepalive probes were not idle longer than the timeout, so they prove nothing either way."),
+            ),
+            Keepalive::Tested(k) if k.alive > 0 && k.dead == 0 => Some(
+                Finding::new(CHECK, "tcp-keepalive-refresh", Status::Pass, "TCP keepalives keep the connection alive")
+                    .summary(format!(
+                        "Connections with TCP keepalives every {} carried no data for {} (longer than the timeout) and still \
+                         received the server's probe: keepalives refresh the state, so the sysctl/ssh fixes work.",
+                        format_duration(k.interval),
+                        format_duration(k.idle_data)
+                    ))
+                    .evidence(Evidence::new("keepalive probes alive", Quantity::Count(k.alive as u64))),
+            ),
+            Keepalive::Tested(k) => Some(
+                Finding::new(CHECK, "tcp-keepalive-refresh", Status::Warn, "TCP keepalives do not keep the connection alive")
+                    .summary(format!(
+                        "Connections with TCP keepalives every {} still died after {} without data: the box ignores keepalive \
+                         segments. Only data keeps the state: use an application keepalive (ssh ServerAliveInterval).",
+                        format_duration(k.interval),
+                        format_duration(k.idle_data)
+                    ))
+                    .evidence(Evidence::new("keepalive probes dead", Quantity::Count(k.dead as u64)))
+                    .remedy(
+                        Remedy::new("Use keepalives that carry data: ssh's ServerAliveInterval, or one in your application")
+                            .on(Host::Client),
+                    ),
+            ),
         };
-        out.push(f);
+        out.extend(f);
     }
+    out
+}
 
+/// Findings about the run itself: outages, a session the server ended, probe modes that did
+/// not run.
+pub fn run_findings(
+    run: &RunSummary,
+    not_run: &[(String, String)],
+    lost_to_outage: u32,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
     if run.outages > 0 {
         out.push(
             Finding::new(CHECK, "idle-outages", Status::Info, format!("the path to the server was down {} time(s) during the run", run.outages))
                 .summary(format!(
                     "The control connection's heartbeats stopped for {} in total (network outage, sleep or address change). \
-                     Probes whose test fell inside an outage were discarded, not counted as timeouts ({} server-initiated).",
+                     Probes whose test fell inside an outage were discarded, not counted as timeouts ({lost_to_outage} \
+                     server-initiated).",
                     format_duration(run.outage_time),
-                    server.lost_to_outage
                 ))
                 .evidence(Evidence::new("outages", Quantity::Count(run.outages as u64)))
                 .evidence(Evidence::new("time without control connection", Quantity::duration(run.outage_time))),
         );
     }
+    if let Some(end) = &run.session_end {
+        out.push(
+            Finding::new(CHECK, "idle-session-ended", Status::Inconclusive, format!("the server ended the session after {}", format_duration(end.at)))
+                .summary(format!(
+                    "The pathdoc server closed this check's session {} into the run ({}): its session limit \
+                     (--max-session-secs), a restart or a shutdown. Tests that had not finished by then were not run; they \
+                     are neither timeouts nor outages. Re-run with --idle-max below the server's session limit, or ask its \
+                     operator to raise --max-session-secs (the full idle check needs 2 h 10 min).",
+                    format_duration(end.at),
+                    end.seen
+                ))
+                .evidence(Evidence::new("session ended at", Quantity::duration(end.at)).with_detail(end.seen.clone()))
+                .remedy(
+                    Remedy::new("Allow sessions long enough for the idle check (2 h 10 min plus margin)")
+                        .on(Host::Server)
+                        .with_command("pathdoc server --max-session-secs 10800"),
+                ),
+        );
+    }
+    for (mode, why) in not_run {
+        out.push(
+            Finding::new(
+                CHECK,
+                "probe-mode-not-run",
+                Status::Info,
+                format!("{mode}: not run to the end"),
+            )
+            .summary(format!("{}: {why}.", capitalize(mode))),
+        );
+    }
     out
 }
 
-/// What kind of box an address suggests (the address a router answers TTL-expired probes
-/// from is usually its inside one).
-fn box_words(addr: Option<IpAddr>, hop: usize) -> String {
-    match addr {
-        Some(IpAddr::V4(v4)) if v4.is_private() => {
-            if hop == 1 {
-                format!("your own router/modem (hop {hop}, {v4})")
-            } else {
-                format!("a router inside your network (hop {hop}, {v4})")
-            }
-        }
-        Some(IpAddr::V4(v4)) if (v4.octets()[0] == 100 && (v4.octets()[1] & 0xc0) == 64) => {
-            format!(
-                "the carrier's CGN (hop {hop}, {v4}; 100.64.0.0/10 is RFC 6598 carrier-NAT space)"
-            )
-        }
-        Some(a) => format!("the box at hop {hop} ({a})"),
-        None => format!("the box at hop {hop} (it does not answer TTL-expired probes)"),
+fn capitalize(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().collect::<String>() + c.as_str(),
+        None => String::new(),
     }
 }
 
@@ -314,37 +511,41 @@ fn segment_words(seg: &Segment) -> String {
     } else {
         format!("hops {}–{}", seg.first_hop, seg.last_hop)
     };
+    let one = seg.first_hop == seg.last_hop;
     match (seg.lower, seg.upper) {
         (l, Some(u)) => format!(
             "{hops} {} after {} (between {} and {})",
-            if seg.first_hop == seg.last_hop {
-                "forgets"
-            } else {
-                "forget"
-            },
+            if one { "forgets" } else { "forget" },
             format_duration((l.unwrap_or_default() + u) / 2),
             format_duration(l.unwrap_or_default()),
             format_duration(u)
         ),
         (Some(l), None) => format!(
             "{hops} {} state for ≥ {}",
-            if seg.first_hop == seg.last_hop {
-                "keeps"
-            } else {
-                "keep"
-            },
+            if one { "keeps" } else { "keep" },
             format_duration(l)
         ),
         (None, None) => format!("{hops}: not measured"),
     }
 }
 
-/// `tcp-idle-culprit-hop`: which hop forgets first, from [`crate::culprit::infer`].
+/// The box that forgets, for every finding of the report: the culprit hop when the search
+/// located it, the only router when there is one, otherwise unknown.
+pub fn culprit_owner(analysis: Option<&CulpritAnalysis>, path: Option<&PathHops>) -> Owner {
+    match (analysis.map(|a| &a.location), path) {
+        (Some(Location::Hop(c)), Some(p)) => Owner::of(p, *c),
+        _ => Owner::of_only_router(path),
+    }
+}
+
+/// `tcp-idle-culprit-hop`: which hop forgets first, from [`crate::culprit::infer`]. `owner` is
+/// [`culprit_owner`] of the same analysis.
 pub fn culprit_finding(
     t0: &LadderOutcome,
     analysis: Option<&CulpritAnalysis>,
     path: Option<&PathHops>,
     why_not: Option<&str>,
+    owner: &Owner,
 ) -> Finding {
     let id = "tcp-idle-culprit-hop";
     let (est, pm) = t0.estimate().unwrap_or_default();
@@ -379,7 +580,6 @@ pub fn culprit_finding(
     let mut f = match &a.location {
         Location::Hop(c) => {
             let c = *c;
-            let who = box_words(path.addr(c), c);
             let how = if path.routers == 1 {
                 "It is the only router on the path (or one of the endpoints' own firewalls)."
                     .to_string()
@@ -390,13 +590,19 @@ pub fn culprit_finding(
                      lived longer."
                 )
             };
-            let mut f = Finding::new(
+            let tie = if a.tie_after {
+                " A box after it forgets after the same time (within the resolution): both must be fixed."
+            } else {
+                ""
+            };
+            Finding::new(
                 CHECK,
                 id,
                 status,
-                format!("{who} forgets idle connections first, after {timeout}"),
+                format!("{} forgets idle connections first, after {timeout}", owner.words()),
             )
-            .summary(format!("{how}{}", segments(a)))
+            .hop(c as u32)
+            .summary(format!("{how}{tie}{}", segments(a)))
             .evidence(
                 Evidence::new("culprit hop", Quantity::Count(c as u64)).with_detail(
                     path.addr(c)
@@ -406,43 +612,23 @@ pub fn culprit_finding(
             .evidence(
                 Evidence::new("its idle timeout", Quantity::duration(est))
                     .with_detail(format!("± {}", format_duration(pm))),
-            );
-            if a.tie_after {
-                f = f.summary(format!(
-                    "Hop {c} forgets after {timeout}, and a box after it forgets after the same time (within the \
-                     resolution): both must be fixed.{}",
-                    segments(a)
-                ));
-            }
-            let own = matches!(path.addr(c), Some(IpAddr::V4(v4)) if v4.is_private());
-            let remedy = if own {
-                Remedy::new(format!(
-                    "Reconfigure {who}: raise its TCP established-connection timeout to at least 2 h 4 min \
-                     (RFC 5382 REQ-5); on a Linux-based router:"
-                ))
-                .with_command("sysctl -w net.netfilter.nf_conntrack_tcp_timeout_established=7440")
+            )
+            .remedies(if status == Status::Fail {
+                box_remedies(owner, Fault::TcpEstablished { timeout: est, pm })
             } else {
-                let ours = a
-                    .before
-                    .as_ref()
-                    .map(|s| format!("; your side of the path is not the problem ({})", segment_words(s)))
-                    .unwrap_or_default();
-                Remedy::new(format!(
-                    "Complain about {who}: it forgets idle connections after {timeout}{ours}. Ask your ISP to raise its \
-                     established timeout to at least 2 h 4 min (RFC 5382 REQ-5) or for a public address."
-                ))
-            };
-            f.remedy(remedy)
+                Vec::new()
+            })
         }
         Location::Beyond(k) => Finding::new(
             CHECK,
             id,
-            status,
+            Status::Inconclusive,
             format!("the box that forgets after {timeout} is beyond hop {k}"),
         )
         .summary(format!(
             "Keeping hops 1–{k} warm did not help, keeping everything after hop {k} warm did: the box is after \
-             hop {k} (the search tests splits after hops 1–{k} only).{}",
+             hop {k}, and the search tested splits after hops 1–{k} only (raise --idle-culprit-depth to look \
+             further).{}",
             segments(a)
         )),
         Location::Undetermined => Finding::new(
@@ -451,10 +637,12 @@ pub fn culprit_finding(
             Status::Inconclusive,
             "could not locate the hop that forgets",
         )
-        .summary(
-            "The keep-warm probe groups did not give a consistent answer (too short a run, outages, or boxes \
-             that do not refresh state on keepalives).",
-        ),
+        .summary(format!(
+            "The keep-warm probe groups did not give a consistent answer ({}).",
+            why_not.unwrap_or(
+                "too short a run, outages, or boxes that do not refresh state on keepalives"
+            )
+        )),
     };
     f = f.evidence(Evidence::new(
         "routers to the server",
@@ -483,25 +671,51 @@ pub fn culprit_finding(
     f
 }
 
-/// What the keepalive-only probes showed at the end of the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct KeepaliveOutcome {
-    #[serde(rename = "interval_s", with = "crate::duration::secs")]
-    pub interval: Duration,
-    /// How long they carried no data when finally tested.
-    #[serde(rename = "idle_data_s", with = "crate::duration::secs")]
-    pub idle_data: Duration,
-    pub alive: u32,
-    pub dead: u32,
-}
-
-/// RFC 4787 REQ-5 (UDP mapping ≥ 2 min, ≥ 5 min recommended) and REQ-6 (inbound refresh).
-pub fn udp_findings(udp: &LadderOutcome, inbound_refresh: Option<(u32, u32)>) -> Vec<Finding> {
+/// One UDP binding class's verdict against RFC 4787 REQ-5.
+fn udp_class_finding(c: &UdpClassReport, run: &RunSummary, owner: &Owner) -> Finding {
     let req = "RFC 4787 REQ-5: a UDP mapping MUST NOT expire in less than 2 min; 5 min or more RECOMMENDED";
-    let mut out = Vec::new();
-    let f = match (udp.lower, udp.upper) {
+    let stream = c.class == UdpClass::Stream;
+    let (id, what, how_made) = if stream {
+        (
+            "udp-stream-timeout",
+            "UDP flows with traffic both ways",
+            "bindings that exchanged datagrams both ways over 2.5 s, then went silent (a VPN, QUIC or VoIP flow gone quiet)",
+        )
+    } else {
+        (
+            "udp-single-exchange-timeout",
+            "UDP bindings after a single exchange",
+            "bindings that saw one datagram each way, then silence (a DNS query, a STUN binding request, a SIP REGISTER)",
+        )
+    };
+    let o = &c.outcome;
+    let base = |status, title: String| {
+        Finding::new(CHECK, id, status, title)
+            .requirement(req)
+            .evidence(
+                Evidence::new("bindings tested", Quantity::Count(o.tests as u64))
+                    .with_detail(how_made),
+            )
+            .evidence(Evidence::new(
+                "resolution",
+                Quantity::duration(o.resolution),
+            ))
+    };
+    let cut = run.cut_short().filter(|_| !c.finished);
+    if o.contradicts_itself() {
+        return base(Status::Inconclusive, format!("{what}: results contradict each other")).summary(format!(
+            "A datagram sent after {} of silence was lost although one sent after a longer silence ({}) arrived ({} such \
+             tests). A NAT that forgets this class of binding by idle time alone never does that: datagrams were lost, or \
+             the NAT does not treat bindings consistently (RFC 4787 REQ-11). Not judged; re-run on a quieter path.",
+            o.upper.map_or("?".into(), format_duration),
+            o.lower.map_or("?".into(), format_duration),
+            o.contradictions
+        ))
+        .evidence(Evidence::new("contradicting tests", Quantity::Count(o.contradictions as u64)));
+    }
+    match (o.lower, o.upper) {
         (lower, Some(upper)) => {
-            let (est, pm) = udp.estimate().unwrap_or_default();
+            let (est, pm) = o.estimate().unwrap_or_default();
             let status = if upper <= RFC4787_FLOOR {
                 Status::Fail
             } else if upper <= RFC4787_RECOMMENDED {
@@ -509,82 +723,135 @@ pub fn udp_findings(udp: &LadderOutcome, inbound_refresh: Option<(u32, u32)>) ->
             } else {
                 Status::Pass
             };
-            let interval = safe_interval(lower.unwrap_or_default());
-            let how = udp.main_death().map(death_words).unwrap_or("lost");
-            Finding::new(CHECK, "udp-binding-timeout", status, format!("UDP bindings expire after {} ± {}", format_duration(est), format_duration(pm)))
-                .requirement(req)
+            let lower = lower.unwrap_or_default();
+            let interval = safe_interval(lower);
+            let mut f = base(status, format!("{what} expire after {} ± {}", format_duration(est), format_duration(pm)))
                 .summary(format!(
-                    "A datagram the server sent after {} of silence reached the client; after {} it was {how}. UDP flows \
-                     (VPNs, QUIC, VoIP, games) idle longer than that lose their binding.",
-                    format_duration(lower.unwrap_or_default()),
-                    format_duration(upper)
+                    "A datagram the server sent after {} of silence reached the client; one sent after {} of silence did not \
+                     arrive: the NAT had forgotten the binding and dropped it without a word. {} silent longer than that lose \
+                     their binding, and datagrams from the server no longer reach the client.",
+                    format_duration(lower),
+                    format_duration(upper),
+                    if stream { "Flows" } else { "Bindings made by one request and reply" }
                 ))
-                .evidence(Evidence::new("longest silence survived", Quantity::duration(lower.unwrap_or_default())))
-                .evidence(Evidence::new("shortest silence that broke the binding", Quantity::duration(upper)).with_detail(how))
-                .evidence(Evidence::new("resolution", Quantity::duration(udp.resolution)))
-                .remedy(Remedy::new(format!("Send something on idle UDP flows at least every {interval} s (e.g. WireGuard):"))
-                    .with_command(format!("PersistentKeepalive = {interval}")))
+                .evidence(Evidence::new("longest silence survived", Quantity::duration(lower)))
+                .evidence(Evidence::new("shortest silence that lost the binding", Quantity::duration(upper)).with_detail("the server's datagram did not arrive"))
+                .remedy(
+                    Remedy::new(format!(
+                        "Send something on idle UDP flows at least every {interval} s (WireGuard: PersistentKeepalive; \
+                         other applications: their keepalive or refresh interval)"
+                    ))
+                    .on(Host::Client)
+                    .with_command(format!("PersistentKeepalive = {interval}")),
+                );
+            if status >= Status::Warn {
+                f = f.remedies(box_remedies(
+                    owner,
+                    Fault::Udp {
+                        stream,
+                        timeout: est,
+                        pm,
+                    },
+                ));
+            }
+            f
         }
-        (Some(lower), None) => Finding::new(
-            CHECK,
-            "udp-binding-timeout",
-            // A run shorter than the floor measured a lower bound, not compliance.
-            if lower >= RFC4787_FLOOR {
+        (Some(lower), None) => {
+            let status = if lower >= RFC4787_FLOOR {
                 Status::Pass
             } else {
                 Status::Info
-            },
-            format!("no UDP binding timeout up to {}", format_duration(lower)),
-        )
-        .requirement(req)
-        .summary(if lower >= RFC4787_RECOMMENDED {
-            format!(
-                "Every server-initiated datagram arrived, the longest after {} of silence: bindings last at least \
-                 the recommended 5 min.",
-                format_duration(lower)
+            };
+            let summary = if lower >= RFC4787_RECOMMENDED {
+                format!(
+                    "Every datagram the server sent arrived, the longest after {} of silence: bindings last at least the \
+                     recommended 5 min.",
+                    format_duration(lower)
+                )
+            } else if lower >= RFC4787_FLOOR {
+                format!(
+                    "Every datagram the server sent arrived, the longest after {} of silence: the 2-min MUST is met; the \
+                     run was too short to test the recommended 5 min (run with --idle-max 6min or more).",
+                    format_duration(lower)
+                )
+            } else {
+                format!(
+                    "Every datagram the server sent arrived, the longest after {} of silence, but the run was shorter than \
+                     the 2 min RFC 4787 requires, so REQ-5 is neither met nor violated as far as this run can tell{} (run \
+                     with --idle-max 6min or more).",
+                    format_duration(lower),
+                    cut.as_deref().map(|w| format!(": {w}")).unwrap_or_default()
+                )
+            };
+            base(
+                status,
+                format!("{what}: no timeout up to {}", format_duration(lower)),
             )
-        } else if lower >= RFC4787_FLOOR {
-            format!(
-                "Every server-initiated datagram arrived, the longest after {} of silence: the 2-min MUST is met; \
-                 the run was too short to test the recommended 5 min (run with --idle-max 6min or more).",
-                format_duration(lower)
-            )
-        } else {
-            format!(
-                "Every server-initiated datagram arrived, the longest after {} of silence, but the run was shorter \
-                 than the 2 min RFC 4787 requires, so REQ-5 is neither met nor violated as far as this run can tell \
-                 (run with --idle-max 6min or more).",
-                format_duration(lower)
-            )
-        })
-        .evidence(Evidence::new(
-            "longest silence survived",
-            Quantity::duration(lower),
-        )),
-        (None, None) => Finding::new(
-            CHECK,
-            "udp-binding-timeout",
-            Status::Inconclusive,
-            "no UDP probe could be judged",
-        )
-        .requirement(req)
-        .summary("No UDP probe produced a usable result; UDP to the server's port may be blocked."),
-    };
-    out.push(f);
-    if let (Some((alive, dead)), Some(upper)) = (inbound_refresh, udp.upper) {
+            .summary(summary)
+            .evidence(Evidence::new(
+                "longest silence survived",
+                Quantity::duration(lower),
+            ))
+        }
+        (None, None) => {
+            let slots = c.plan.connections() as u32;
+            let why = if let Some(w) = cut {
+                format!("{w} before any of these tests finished")
+            } else if c.open_failed >= slots && slots > 0 {
+                "the server never answered the bindings' first datagram: UDP to the server's port is blocked or filtered \
+                 on the way"
+                    .to_string()
+            } else {
+                "no test of this class finished".to_string()
+            };
+            base(Status::Inconclusive, format!("{what}: not measured"))
+                .summary(format!("Not measured: {why}."))
+        }
+    }
+}
+
+/// RFC 4787 REQ-5 per binding class and REQ-6 (inbound refresh). `owner` is the NAT when the
+/// path locates it ([`culprit_owner`] applies to TCP; for UDP only a single-router path does).
+pub fn udp_findings(udp: &UdpReport, run: &RunSummary, owner: &Owner) -> Vec<Finding> {
+    let mut out = vec![
+        udp_class_finding(&udp.single_exchange, run, owner),
+        udp_class_finding(&udp.stream, run, owner),
+    ];
+    let longest = [&udp.single_exchange, &udp.stream]
+        .iter()
+        .filter(|c| !c.outcome.contradicts_itself())
+        .filter_map(|c| c.outcome.upper)
+        .max();
+    if let (Some((alive, dead)), Some(upper)) = (udp.inbound_refresh, longest) {
         let f = if alive > 0 && dead == 0 {
             Finding::new(CHECK, "udp-inbound-refresh", Status::Info, "inbound traffic refreshes UDP bindings")
-                .summary(format!("Bindings that only received datagrams from the server outlived the {} timeout (RFC 4787 REQ-6 allows this).", format_duration(upper)))
+                .summary(format!(
+                    "Bindings that only received datagrams from the server (one every {}) outlived the {} timeout: the NAT \
+                     refreshes a binding on inbound traffic too (RFC 4787 REQ-6 allows this).",
+                    format_duration(udp.refresh_interval),
+                    format_duration(upper)
+                ))
         } else {
             Finding::new(CHECK, "udp-inbound-refresh", Status::Info, "only outbound traffic refreshes UDP bindings")
                 .summary(format!(
-                    "Bindings that only received datagrams from the server still expired after about {}: keepalives must come \
-                     from the client side (RFC 4787 REQ-6: outbound refresh is required, inbound optional).",
+                    "Bindings that only received datagrams from the server (one every {}) still expired (silence longer \
+                     than {}): keepalives must come from the client side (RFC 4787 REQ-6: outbound refresh is required, \
+                     inbound optional).",
+                    format_duration(udp.refresh_interval),
                     format_duration(upper)
                 ))
         };
         out.push(
-            f.requirement("RFC 4787 REQ-6: outbound traffic MUST refresh a binding; inbound MAY"),
+            f.direction(Direction::ServerToClient)
+                .requirement("RFC 4787 REQ-6: outbound traffic MUST refresh a binding; inbound MAY")
+                .evidence(Evidence::new(
+                    "bindings alive",
+                    Quantity::Count(alive as u64),
+                ))
+                .evidence(Evidence::new(
+                    "bindings expired",
+                    Quantity::Count(dead as u64),
+                )),
         );
     }
     out
@@ -595,6 +862,7 @@ mod tests {
     use super::*;
     use crate::culprit::{CulpritAnalysis, Location, Segment};
     use crate::hops::PathHops;
+    use crate::schedule::plan_ladder;
 
     fn s(x: u64) -> Duration {
         Duration::from_secs(x)
@@ -622,6 +890,31 @@ mod tests {
             outages: 0,
             outage_time: s(0),
             public_addr: "203.0.113.1:4000".into(),
+            session_end: None,
+            interrupted: None,
+        }
+    }
+
+    fn path() -> PathHops {
+        PathHops {
+            routers: 2,
+            addrs: vec![
+                Some("192.168.1.1".parse().unwrap()),
+                Some("100.64.1.1".parse().unwrap()),
+            ],
+        }
+    }
+
+    fn all_remedies_have_hosts(f: &[Finding]) {
+        for f in f {
+            for r in &f.remedies {
+                assert!(r.host.is_some(), "{}: remedy without host: {r:?}", f.id);
+            }
+            assert!(
+                FINDING_IDS.iter().any(|i| i.id == f.id),
+                "unregistered id {}",
+                f.id
+            );
         }
     }
 
@@ -646,7 +939,15 @@ mod tests {
             (Some(20), None, Status::Info, None),
         ];
         for (l, u, status, remedy) in table {
-            let f = &tcp_findings(&ladder(l, u), None, None, &run())[0];
+            let f = tcp_findings(
+                &ladder(l, u),
+                None,
+                &Keepalive::Off,
+                &run(),
+                &Owner::Unknown,
+            );
+            all_remedies_have_hosts(&f);
+            let f = &f[0];
             assert_eq!(f.status, status, "{l:?}/{u:?}: {}", f.title);
             if let Some(text) = remedy {
                 assert!(
@@ -663,13 +964,27 @@ mod tests {
     #[test]
     fn rebuilt_state_is_named_when_only_inbound_dies() {
         let server = ladder(Some(50), Some(60));
-        let findings = tcp_findings(&server, Some(&ladder(Some(7790), None)), None, &run());
+        let client = ladder(Some(7790), None);
+        let findings = tcp_findings(
+            &server,
+            Some(&client),
+            &Keepalive::Off,
+            &run(),
+            &Owner::Unknown,
+        );
         let f = findings
             .iter()
             .find(|f| f.id == "tcp-state-rebuilt")
             .unwrap();
         assert_eq!(f.status, Status::Warn);
-        let findings = tcp_findings(&server, Some(&ladder(Some(50), Some(60))), None, &run());
+        let client = ladder(Some(50), Some(60));
+        let findings = tcp_findings(
+            &server,
+            Some(&client),
+            &Keepalive::Off,
+            &run(),
+            &Owner::Unknown,
+        );
         let f = findings
             .iter()
             .find(|f| f.id == "tcp-state-rebuilt")
@@ -678,26 +993,25 @@ mod tests {
     }
 
     #[test]
-    fn contradictions_make_the_verdict_inconclusive_and_outages_are_reported() {
-        let mut l = ladder(Some(100), Some(60));
-        l.contradictions = 2;
+    fn contradicting_evidence_is_never_a_failure() {
+        // Both kinds: a survivor beyond the shortest death, and a death below the longest survival.
+        for (lower, upper) in [(100, 60), (50, 60)] {
+            let mut l = ladder(Some(lower), Some(upper));
+            l.contradictions = 1;
+            let f = tcp_findings(&l, None, &Keepalive::Off, &run(), &Owner::Unknown);
+            assert_eq!(f[0].status, Status::Inconclusive, "{lower}/{upper}");
+            assert!(f[0].summary.contains("Not judged"), "{}", f[0].summary);
+        }
         let mut r = run();
         r.outages = 1;
         r.outage_time = s(30);
-        let f = tcp_findings(&l, None, None, &r);
-        assert_eq!(f[0].status, Status::Inconclusive);
-        assert!(f.iter().any(|f| f.id == "idle-outages"));
+        assert!(run_findings(&r, &[], 0)
+            .iter()
+            .any(|f| f.id == "idle-outages"));
     }
 
     #[test]
-    fn culprit_finding_names_the_box_and_the_other_hop() {
-        let path = PathHops {
-            routers: 2,
-            addrs: vec![
-                Some("192.168.1.1".parse().unwrap()),
-                Some("100.64.1.1".parse().unwrap()),
-            ],
-        };
+    fn one_owner_decides_the_advice_of_every_finding() {
         let t0 = ladder(Some(29), Some(30));
         let a = CulpritAnalysis {
             location: Location::Hop(2),
@@ -710,44 +1024,93 @@ mod tests {
             }),
             after: None,
         };
-        let f = culprit_finding(&t0, Some(&a), Some(&path), None);
-        assert_eq!(f.id, "tcp-idle-culprit-hop");
-        assert_eq!(f.status, Status::Fail);
+        let owner = culprit_owner(Some(&a), Some(&path()));
+        let c = culprit_finding(&t0, Some(&a), Some(&path()), None, &owner);
+        assert_eq!(c.id, "tcp-idle-culprit-hop");
+        assert_eq!(c.status, Status::Fail);
+        assert_eq!(c.hop, Some(2));
         assert!(
-            f.title.contains("carrier's CGN (hop 2, 100.64.1.1"),
+            c.title.contains("carrier's CGN (hop 2, 100.64.1.1"),
             "{}",
-            f.title
+            c.title
         );
         assert!(
-            f.remedies[0]
-                .description
-                .contains("keeps state for ≥ 10 min"),
-            "{:?}",
-            f.remedies
+            c.summary.contains("hop 1 keeps state for ≥ 10 min"),
+            "{}",
+            c.summary
         );
+        let tcp = tcp_findings(&t0, None, &Keepalive::Off, &run(), &owner);
+        assert_eq!(tcp[0].hop, Some(2));
+        // The ISP's CGN: no sysctl "on your router" anywhere, the same ISP advice in both.
+        for f in [&c, &tcp[0]] {
+            assert!(
+                f.remedies.iter().all(|r| !r
+                    .command
+                    .as_deref()
+                    .unwrap_or("")
+                    .contains("nf_conntrack")),
+                "{}: {:?}",
+                f.id,
+                f.remedies
+            );
+            assert!(f.remedies.iter().any(|r| r.host == Some(Host::Isp)));
+        }
+        all_remedies_have_hosts(&[c, tcp[0].clone()]);
+        // The home router: its sysctl on the router at hop 1, or the ISP if it is their modem.
         let a = CulpritAnalysis {
             location: Location::Hop(1),
             ..a
         };
-        let f = culprit_finding(&t0, Some(&a), Some(&path), None);
-        assert!(
-            f.title
-                .contains("your own router/modem (hop 1, 192.168.1.1)"),
-            "{}",
-            f.title
+        let owner = culprit_owner(Some(&a), Some(&path()));
+        let c = culprit_finding(&t0, Some(&a), Some(&path()), None, &owner);
+        assert!(c.title.contains("(hop 1, 192.168.1.1)"), "{}", c.title);
+        let sysctl = c
+            .remedies
+            .iter()
+            .find(|r| {
+                r.command
+                    .as_deref()
+                    .unwrap_or("")
+                    .contains("nf_conntrack_tcp_timeout_established")
+            })
+            .unwrap();
+        assert_eq!(
+            sysctl.host,
+            Some(Host::Router {
+                hop: Some(1),
+                address: Some("192.168.1.1".into())
+            })
         );
-        assert!(f.remedies[0]
-            .command
-            .as_deref()
-            .unwrap_or("")
-            .contains("nf_conntrack_tcp_timeout_established"));
-        let f = culprit_finding(&t0, None, None, Some("UDP blocked"));
+        assert!(sysctl.description.starts_with("If you administer"));
+        assert!(c.remedies.iter().any(|r| r.host == Some(Host::Isp)));
+        let f = culprit_finding(&t0, None, None, Some("UDP blocked"), &Owner::Unknown);
         assert_eq!(f.status, Status::Inconclusive);
         assert!(f.summary.contains("UDP blocked"));
     }
 
+    fn class(class: UdpClass, lower: Option<u64>, upper: Option<u64>) -> UdpClassReport {
+        UdpClassReport {
+            class,
+            plan: plan_ladder(s(310), s(10), 40, Some(RFC4787_FLOOR)),
+            outcome: ladder(lower, upper),
+            finished: true,
+            open_failed: 0,
+        }
+    }
+
+    fn udp(single: UdpClassReport, stream: UdpClassReport) -> UdpReport {
+        UdpReport {
+            single_exchange: single,
+            stream,
+            inbound_refresh: None,
+            inbound_refresh_not_run: None,
+            refresh_interval: s(10),
+            tests: vec![],
+        }
+    }
+
     #[test]
-    fn udp_verdicts() {
+    fn udp_verdicts_per_class() {
         let table = [
             (Some(50), Some(60), Status::Fail),
             (Some(200), Some(210), Status::Warn),
@@ -755,46 +1118,121 @@ mod tests {
             (Some(360), None, Status::Pass),
             (Some(150), None, Status::Pass),
             (Some(20), None, Status::Info),
+            (None, None, Status::Inconclusive),
         ];
         for (l, u, status) in table {
-            assert_eq!(
-                udp_findings(&ladder(l, u), None)[0].status,
-                status,
-                "{l:?}/{u:?}"
+            let r = udp(
+                class(UdpClass::SingleExchange, l, u),
+                class(UdpClass::Stream, Some(400), None),
             );
+            let f = udp_findings(&r, &run(), &Owner::Unknown);
+            all_remedies_have_hosts(&f);
+            assert_eq!(f[0].id, "udp-single-exchange-timeout");
+            assert_eq!(f[0].status, status, "{l:?}/{u:?}");
+            assert_eq!(f[1].id, "udp-stream-timeout");
+            let text = format!("{} {}", f[0].title, f[0].summary).to_lowercase();
+            for tcp_word in ["reset", "acknowledged"] {
+                assert!(
+                    !text.contains(tcp_word),
+                    "TCP word `{tcp_word}` for UDP: {text}"
+                );
+            }
         }
     }
 
     #[test]
-    fn keepalive_findings_need_a_long_enough_test() {
+    fn udp_evidence_that_contradicts_itself_is_inconclusive() {
+        // The bug this replaces: "expire after 30.1 s ± 0 µs" while a binding survived 35.1 s.
+        let mut single = class(UdpClass::SingleExchange, Some(35), Some(30));
+        single.outcome.contradictions = 1;
+        let f = udp_findings(
+            &udp(single, class(UdpClass::Stream, None, None)),
+            &run(),
+            &Owner::Unknown,
+        );
+        assert_eq!(f[0].status, Status::Inconclusive);
+        assert!(f[0].title.contains("contradict"), "{}", f[0].title);
+        let mut u = udp(
+            class(UdpClass::SingleExchange, Some(29), Some(30)),
+            class(UdpClass::Stream, Some(119), Some(120)),
+        );
+        u.inbound_refresh = Some((2, 0));
+        let f = udp_findings(&u, &run(), &Owner::Unknown);
+        assert_eq!(f[0].status, Status::Fail);
+        assert_eq!(f[1].status, Status::Fail);
+        let r = f.iter().find(|f| f.id == "udp-inbound-refresh").unwrap();
+        assert_eq!(r.direction, Some(Direction::ServerToClient));
+        assert!(r.summary.contains("2 min"), "{}", r.summary);
+    }
+
+    #[test]
+    fn keepalive_findings_need_a_long_enough_test_or_say_why_not() {
         let server = ladder(Some(50), Some(60));
-        let k = KeepaliveOutcome {
-            interval: s(10),
-            idle_data: s(100),
-            alive: 2,
-            dead: 0,
+        let k = |idle| {
+            Keepalive::Tested(KeepaliveOutcome {
+                interval: s(10),
+                idle_data: s(idle),
+                alive: 2,
+                dead: 0,
+            })
         };
-        let f = tcp_findings(&server, None, Some(k), &run());
-        assert_eq!(
-            f.iter()
+        let status = |k: &Keepalive| {
+            tcp_findings(&server, None, k, &run(), &Owner::Unknown)
+                .into_iter()
                 .find(|f| f.id == "tcp-keepalive-refresh")
-                .unwrap()
-                .status,
-            Status::Pass
-        );
-        let k = KeepaliveOutcome {
-            interval: s(10),
-            idle_data: s(30),
-            alive: 2,
-            dead: 0,
+                .map(|f| (f.status, f.summary))
         };
-        let f = tcp_findings(&server, None, Some(k), &run());
-        assert_eq!(
-            f.iter()
-                .find(|f| f.id == "tcp-keepalive-refresh")
-                .unwrap()
-                .status,
-            Status::Info
+        assert_eq!(status(&k(100)).unwrap().0, Status::Pass);
+        assert_eq!(status(&k(30)).unwrap().0, Status::Info);
+        let (st, summary) = status(&Keepalive::NotRun("the run ended first".into())).unwrap();
+        assert_eq!(st, Status::Info);
+        assert!(summary.contains("the run ended first"), "{summary}");
+        assert!(status(&Keepalive::Off).is_none());
+    }
+
+    #[test]
+    fn a_session_the_server_ended_is_said_as_such() {
+        let mut r = run();
+        r.session_end = Some(SessionEnd {
+            at: s(6),
+            seen: "the server refused to resume it: session is unknown or expired".into(),
+        });
+        let f = run_findings(
+            &r,
+            &[("UDP bindings".into(), "the server ended the session".into())],
+            0,
         );
+        assert_eq!(f[0].id, "idle-session-ended");
+        assert_eq!(f[0].status, Status::Inconclusive);
+        assert!(f[0].summary.contains("--max-session-secs"));
+        assert!(f.iter().all(|f| f.id != "idle-outages"));
+        assert_eq!(f[1].id, "probe-mode-not-run");
+        all_remedies_have_hosts(&f);
+        let tcp = tcp_findings(
+            &ladder(Some(5), None),
+            None,
+            &Keepalive::Off,
+            &r,
+            &Owner::Unknown,
+        );
+        assert!(
+            tcp[0].summary.contains("ended the session"),
+            "{}",
+            tcp[0].summary
+        );
+        let u = udp(
+            UdpClassReport {
+                finished: false,
+                ..class(UdpClass::SingleExchange, None, None)
+            },
+            class(UdpClass::Stream, None, None),
+        );
+        let f = udp_findings(&u, &r, &Owner::Unknown);
+        assert!(
+            f[0].summary.contains("ended the session"),
+            "{}",
+            f[0].summary
+        );
+        assert!(!f[0].summary.contains("blocked"), "{}", f[0].summary);
     }
 }

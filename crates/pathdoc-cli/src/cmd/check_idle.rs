@@ -34,6 +34,10 @@ pub struct IdleArgs {
     /// Skip the culprit-hop search (TTL-limited keepalives that find which hop forgets first).
     #[arg(long)]
     pub idle_no_culprit: bool,
+    /// How deep the culprit-hop search looks: it splits the path after hops 1..N and names the
+    /// box among the first N+1 routers (two probe groups per split share the connection budget).
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub idle_culprit_depth: u32,
     /// Skip the UDP binding tests (RFC 4787 REQ-5 timeout, REQ-6 inbound refresh); they run
     /// beside the TCP probes by default and end after 5 min 10 s at most.
     #[arg(long)]
@@ -54,6 +58,7 @@ pub async fn run(
     cfg.client_initiated = !args.idle_no_client_probes;
     cfg.keepalive = !args.idle_no_keepalive;
     cfg.culprit = !args.idle_no_culprit;
+    cfg.culprit_splits = args.idle_culprit_depth as usize;
     cfg.udp = !args.idle_no_udp;
     let result = pathdoc_idle::run(&cfg, ctx.progress, &ctx.cancel).await?;
     report.findings.extend(result.findings);

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use pathdoc_proto::{connect, Channel, CheckKind, FramedConn, ProtoError, SessionId};
+use pathdoc_proto::{connect, Channel, CheckKind, FramedConn, ProtoError, RefusalCode, SessionId};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -29,6 +29,12 @@ pub(super) struct Health {
     pub(super) notes: Vec<String>,
     pub(super) suspended: bool,
     pub(super) public_addr: SocketAddr,
+    /// The control connection was lost at this time (a server's close or a network outage,
+    /// told apart by whether the session can be resumed).
+    pub(super) lost_at: Option<Duration>,
+    /// The server no longer knows the session (its session limit, a restart or a shutdown):
+    /// when the connection was lost, and what the server said.
+    pub(super) session_ended: Option<(Duration, String)>,
 }
 
 pub(super) type Request = (
@@ -107,6 +113,31 @@ pub(super) async fn control_task(
                     conn = Some(c);
                     backoff = Duration::from_millis(250);
                 }
+                Err(ProtoError::Refused(r)) if r.code == RefusalCode::UnknownSession => {
+                    // Not an outage: the server ended the session. The loss of the connection
+                    // was that end, so it is no outage either.
+                    {
+                        let mut h = lock(&ctx.health);
+                        let at = h.lost_at.unwrap_or_else(|| ctx.start.elapsed());
+                        if h.outages.last().is_some_and(|o| o.1.is_none()) {
+                            h.outages.pop();
+                        }
+                        h.notes.push(format!(
+                            "idle: the server ended the session after {:.1} s ({}); stopping",
+                            at.as_secs_f64(),
+                            r.message
+                        ));
+                        h.session_ended = Some((
+                            at,
+                            format!("the server refused to resume it: {}", r.message),
+                        ));
+                    }
+                    // Nothing can be fired any more: answer every request with an error.
+                    while let Some((_, reply)) = rx.recv().await {
+                        let _ = reply.send(Err("the server ended the session".into()));
+                    }
+                    return;
+                }
                 Err(ProtoError::Refused(r)) => {
                     lock(&ctx.health).notes.push(format!(
                         "idle: server refused to resume the session: {}",
@@ -157,6 +188,7 @@ pub(super) async fn control_task(
         if let Err(e) = result {
             let mut h = lock(&ctx.health);
             let start = h.confirmed;
+            h.lost_at = Some(ctx.start.elapsed());
             h.outages.push((start, None, e.to_string()));
             h.notes.push(format!("idle: lost the control connection at {:.1} s ({e}); tests until it is back are discarded", ctx.start.elapsed().as_secs_f64()));
             conn = None;

@@ -12,9 +12,12 @@ use super::tcp::TcpRun;
 use super::{IdleConfig, IdleResult};
 use crate::culprit::{self, Split};
 use crate::hops::PathHops;
+use crate::owner::Owner;
 use crate::schedule::LadderPlan;
 use crate::udp_client::UdpReport;
-use crate::verdict::{self, DeathKind, KeepaliveOutcome, LadderOutcome, RunSummary};
+use crate::verdict::{
+    self, DeathKind, Keepalive, KeepaliveOutcome, LadderOutcome, RunSummary, SessionEnd,
+};
 
 /// Everything the judgement needs from the run.
 pub(super) struct Inputs<'a> {
@@ -55,9 +58,18 @@ pub(super) fn outcome(g: &Group) -> LadderOutcome {
     }
 }
 
-/// What the keepalive probes showed, if any was tested.
-fn keepalive_outcome(ka: &Group, interval: Duration) -> Option<KeepaliveOutcome> {
-    (!ka.probes.is_empty() && !ka.rows.is_empty()).then(|| {
+/// What the keepalive probes showed, or why they were not tested.
+fn keepalive(
+    tcp: &TcpRun<'_>,
+    cfg: &IdleConfig,
+    interval: Duration,
+    cut: Option<&str>,
+) -> Keepalive {
+    if !cfg.keepalive {
+        return Keepalive::Off;
+    }
+    let ka = tcp.keepalive_group();
+    if !ka.rows.is_empty() {
         let alive = ka.rows.iter().filter(|r| r.outcome == "alive").count() as u32;
         let dead = ka.rows.iter().filter(|r| r.outcome == "dead").count() as u32;
         let idle = ka
@@ -66,13 +78,17 @@ fn keepalive_outcome(ka: &Group, interval: Duration) -> Option<KeepaliveOutcome>
             .map(|r| Duration::from_secs_f64(r.idle_s))
             .max()
             .unwrap_or_default();
-        KeepaliveOutcome {
+        return Keepalive::Tested(KeepaliveOutcome {
             interval,
             idle_data: idle,
             alive,
             dead,
-        }
-    })
+        });
+    }
+    match tcp.keepalive_not_run(cut) {
+        Some(why) => Keepalive::NotRun(why),
+        None => Keepalive::Off,
+    }
 }
 
 /// The culprit groups' outcomes per split: the far-warm group measures the near segment, the
@@ -99,7 +115,6 @@ fn split_outcomes(ladders: &[Group], splits: &[usize]) -> Vec<Split> {
 pub(super) fn build(i: Inputs<'_>) -> IdleResult {
     let h = i.health;
     let ladders = i.tcp.ladders();
-    let ka = i.tcp.keepalive_group();
     let outage_time: Duration = h
         .outages
         .iter()
@@ -111,30 +126,85 @@ pub(super) fn build(i: Inputs<'_>) -> IdleResult {
         outages: h.outages.len() as u32,
         outage_time,
         public_addr: h.public_addr.to_string(),
+        session_end: h.session_ended.as_ref().map(|(at, seen)| SessionEnd {
+            at: *at,
+            seen: seen.clone(),
+        }),
+        interrupted: i.tcp.interrupted_at,
+    };
+    let cut = match (run.interrupted, &run.session_end) {
+        (Some(_), _) => Some("the run was interrupted".to_string()),
+        (None, Some(_)) => Some("the server ended the session".to_string()),
+        _ => None,
     };
     let server_outcome = outcome(&ladders[0]);
     let client_outcome = ladders
         .iter()
         .find(|g| g.mode == Mode::ClientInitiated)
         .map(outcome);
-    let keepalive = keepalive_outcome(ka, i.keepalive_interval);
-    let mut findings =
-        verdict::tcp_findings(&server_outcome, client_outcome.as_ref(), keepalive, &run);
+    // Which box forgets: decided once, used by every finding's remedies.
     let splits = split_outcomes(ladders, i.splits);
     let analysis = i
         .path
         .map(|p| culprit::infer(&server_outcome, &splits, p.routers));
-    if let Some(u) = &i.udp {
-        findings.extend(verdict::udp_findings(&u.outcome, u.inbound_refresh));
+    let owner = verdict::culprit_owner(analysis.as_ref(), i.path);
+    let keepalive = keepalive(i.tcp, i.cfg, i.keepalive_interval, cut.as_deref());
+    let mut findings = verdict::tcp_findings(
+        &server_outcome,
+        client_outcome.as_ref(),
+        &keepalive,
+        &run,
+        &owner,
+    );
+    let mut not_run: Vec<(String, String)> = Vec::new();
+    match &i.udp {
+        Some(u) => {
+            findings.extend(verdict::udp_findings(
+                u,
+                &run,
+                &Owner::of_only_router(i.path),
+            ));
+            let any_timeout = [&u.single_exchange, &u.stream]
+                .iter()
+                .any(|c| c.outcome.upper.is_some());
+            if let (Some(why), true) = (&u.inbound_refresh_not_run, any_timeout) {
+                let why = cut.clone().unwrap_or_else(|| why.clone());
+                not_run.push(("the inbound-refresh test (RFC 4787 REQ-6)".into(), why));
+            }
+        }
+        None if i.cfg.udp => not_run.push((
+            "UDP bindings".into(),
+            cut.clone()
+                .unwrap_or_else(|| "the UDP part did not report before the run's deadline".into()),
+        )),
+        None => {}
     }
     if server_outcome.upper.is_some() && i.cfg.culprit {
+        let unfinished = ladders
+            .iter()
+            .filter(|g| g.mode.warm())
+            .any(|g| !g.ladder.finished(i.elapsed));
+        let why = match (i.path_note, unfinished) {
+            (Some(note), _) => Some(note.to_string()),
+            (None, true) => Some(format!(
+                "{} before the keep-warm groups pinned their timeouts",
+                cut.as_deref().unwrap_or("the run reached its deadline")
+            )),
+            _ => None,
+        };
         findings.push(verdict::culprit_finding(
             &server_outcome,
             analysis.as_ref(),
             i.path,
-            i.path_note,
+            why.as_deref(),
+            &owner,
         ));
     }
+    findings.extend(verdict::run_findings(
+        &run,
+        &not_run,
+        ladders[0].lost_to_outage,
+    ));
     let early_stop = i
         .tcp
         .finished_at
@@ -147,6 +217,8 @@ pub(super) fn build(i: Inputs<'_>) -> IdleResult {
         "heartbeat_s": i.heartbeat.as_secs_f64(),
         "elapsed_s": i.elapsed.as_secs_f64(),
         "early_stop": early_stop,
+        "interrupted": run.interrupted.is_some(),
+        "session_end": run.session_end,
         "plan": i.plan,
         "outages": h.outages.iter().map(|(s, e, c)| Outage { start_s: s.as_secs_f64(), end_s: e.map(|e| e.as_secs_f64()), cause: c.clone() }).collect::<Vec<_>>(),
         "udp": i.udp,
@@ -160,8 +232,16 @@ pub(super) fn build(i: Inputs<'_>) -> IdleResult {
             "outcome": outcome(g),
             "connections": g.ladder.slots.len(),
         })).collect::<Vec<_>>(),
-        "keepalive": keepalive,
+        "keepalive": match &keepalive {
+            Keepalive::Tested(k) => serde_json::to_value(k).unwrap_or_default(),
+            Keepalive::NotRun(why) => serde_json::json!({ "not_run": why }),
+            Keepalive::Off => serde_json::Value::Null,
+        },
         "tests": i.tcp.groups.iter().flat_map(|g| g.rows.iter().cloned()).collect::<Vec<_>>(),
     });
-    IdleResult { findings, data }
+    IdleResult {
+        findings,
+        data,
+        interrupted: run.interrupted.is_some(),
+    }
 }

@@ -11,6 +11,7 @@ use pathdoc_core::Progress;
 use pathdoc_proto::SessionId;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::control::{lock, request, Health, Request};
 use super::probes::{
@@ -44,9 +45,37 @@ pub(super) struct TcpRun<'a> {
     events: mpsc::UnboundedReceiver<Event>,
     event_tx: mpsc::UnboundedSender<Event>,
     nonce: u64,
-    /// When every ladder was done (the keepalive probes are tested then).
+    /// When every ladder was done.
     pub(super) finished_at: Option<Duration>,
+    /// The keepalive probes' test: fired once the server-initiated ladder found the timeout.
+    keepalive: KeepaliveTest,
+    cancel: CancellationToken,
+    /// When the user interrupted the run.
+    pub(super) interrupted_at: Option<Duration>,
+    /// The latest time (since the start) the UDP part can still be running.
+    udp_end: Duration,
 }
+
+/// Where the keepalive probes' single test is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum KeepaliveTest {
+    Waiting,
+    Fired,
+    Done,
+    /// There is nothing to test against (no timeout found, or keepalives off).
+    NotNeeded,
+}
+
+/// How long a fired test can take to be judged: its grace, then a heartbeat sent after it that
+/// must come back (at most 8 heartbeats), plus a loop tick either side.
+fn judge_time(grace: Duration, heartbeat: Duration, tick: Duration) -> Duration {
+    grace + heartbeat * 8 + tick * 2
+}
+
+/// Time the loop may overrun its hard end by (requests in flight have their own deadlines).
+pub(super) const LOOP_SLACK: Duration = Duration::from_secs(15);
+/// What the run needs after the probe loop: the server's records and the session's end.
+pub(super) const TEARDOWN: Duration = Duration::from_secs(15);
 
 impl<'a> TcpRun<'a> {
     pub(super) fn new(
@@ -54,6 +83,8 @@ impl<'a> TcpRun<'a> {
         link: &ControlLink,
         groups: Vec<Group>,
         hard_end: Duration,
+        udp_end: Duration,
+        cancel: CancellationToken,
     ) -> Self {
         let (event_tx, events) = mpsc::unbounded_channel::<Event>();
         TcpRun {
@@ -75,7 +106,28 @@ impl<'a> TcpRun<'a> {
             event_tx,
             nonce: rand::random(),
             finished_at: None,
+            keepalive: if cfg.keepalive {
+                KeepaliveTest::Waiting
+            } else {
+                KeepaliveTest::NotNeeded
+            },
+            cancel,
+            interrupted_at: None,
+            udp_end,
         }
+    }
+
+    fn tick(&self) -> Duration {
+        (self.cfg.resolution / 4).clamp(Duration::from_millis(50), Duration::from_secs(1))
+    }
+
+    /// Why the loop must stop now, if it must: interrupted, or the server ended the session.
+    fn must_stop(&mut self, now: Duration) -> bool {
+        if self.cancel.is_cancelled() {
+            self.interrupted_at.get_or_insert(now);
+            return true;
+        }
+        lock(&self.health).session_ended.is_some()
     }
 
     /// The keepalive group (always the last one).
@@ -88,42 +140,122 @@ impl<'a> TcpRun<'a> {
         &self.groups[..self.groups.len() - 1]
     }
 
-    /// Run until every ladder is done and the keepalive probes are judged, or the hard end.
+    /// Run until every ladder is done and the keepalive probes are judged, the hard end, an
+    /// interruption, or the end of the session.
     pub(super) async fn run(&mut self, progress: &dyn Progress) {
-        let tick =
-            (self.cfg.resolution / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
-        let mut last_status = Duration::ZERO;
+        let tick = self.tick();
+        let mut last_status = None;
         loop {
             let now = self.start.elapsed();
             for note in std::mem::take(&mut lock(&self.health).notes) {
                 progress.note(&note);
+            }
+            if self.must_stop(now) {
+                break;
             }
             self.take_events();
             self.distrust_after_suspend();
             self.keep_warm().await;
             self.open_due_probes(now);
             self.judge_finished_tests(now);
-            let all_done = self.ladders().iter().all(|g| g.ladder.finished(now));
             let mut fire = self.due_tests(now).await;
+            fire.extend(self.keepalive_tests(now));
+            self.fire(fire).await;
+            if self.keepalive == KeepaliveTest::Fired
+                && !self
+                    .keepalive_group()
+                    .probes
+                    .iter()
+                    .any(|p| p.pending.is_some())
+            {
+                self.keepalive = KeepaliveTest::Done;
+            }
+            let all_done = self.ladders().iter().all(|g| g.ladder.finished(now));
             if all_done && self.finished_at.is_none() {
                 self.finished_at = Some(now);
-                fire.extend(self.keepalive_tests());
             }
-            self.fire(fire).await;
-            let keepalive_busy = self
-                .keepalive_group()
-                .probes
-                .iter()
-                .any(|p| p.pending.is_some());
-            if (self.finished_at.is_some() && !keepalive_busy) || now > self.hard_end {
+            let keepalive_done = matches!(
+                self.keepalive,
+                KeepaliveTest::Done | KeepaliveTest::NotNeeded
+            );
+            if (all_done && keepalive_done) || now > self.hard_end {
                 break;
             }
-            if now >= last_status + Duration::from_secs(1) {
-                last_status = now;
-                progress.status(&status_line(&self.groups, now, self.cfg.horizon));
+            if last_status.is_none_or(|t| now >= t + Duration::from_secs(1)) {
+                last_status = Some(now);
+                progress.status(&self.status_line(now));
             }
-            tokio::time::sleep(tick).await;
+            tokio::select! {
+                _ = tokio::time::sleep(tick) => {}
+                _ = self.cancel.cancelled() => {}
+            }
         }
+    }
+
+    /// An upper bound on the time until the whole check is over, from what is known now: the
+    /// ladders' last tests (exact once a timeout is bracketed, the hard end before), the
+    /// keepalive test after them, the UDP part, then the teardown. Never below what can happen.
+    pub(super) fn eta(&self, now: Duration) -> Duration {
+        let judge = judge_time(self.grace, self.heartbeat, self.tick());
+        // A ladder with a lost test has no bound of its own: the hard end is the bound then.
+        let last_fire = self
+            .ladders()
+            .iter()
+            .map(|g| g.ladder.last_test_by(now))
+            .try_fold(now, |m, t| t.map(|t| m.max(t)))
+            .unwrap_or(self.hard_end);
+        let mut tcp_end = last_fire + judge;
+        if self.keepalive != KeepaliveTest::NotNeeded && self.keepalive != KeepaliveTest::Done {
+            tcp_end += judge;
+        }
+        let loop_end = tcp_end.min(self.hard_end + LOOP_SLACK);
+        let end = loop_end.max(self.udp_end.min(self.hard_end + LOOP_SLACK)) + TEARDOWN;
+        let left = end.saturating_sub(now);
+        // Whole seconds, rounded up: a bound must not be shortened by formatting.
+        Duration::from_secs(left.as_secs() + u64::from(left.subsec_nanos() > 0))
+    }
+
+    /// The ETA once the probe loop is over (the UDP part and the teardown remain), as a
+    /// function the waiting caller can ask every second.
+    pub(super) fn eta_after_tcp(&self, link: &ControlLink) -> impl Fn() -> Duration {
+        let (start, udp_end, hard_end) = (link.start, self.udp_end, self.hard_end);
+        move || {
+            let end = udp_end.min(hard_end + LOOP_SLACK) + TEARDOWN;
+            let left = end.saturating_sub(start.elapsed());
+            Duration::from_secs(left.as_secs() + u64::from(left.subsec_nanos() > 0))
+        }
+    }
+
+    fn status_line(&self, now: Duration) -> String {
+        let fmt = pathdoc_core::units::format_duration;
+        let g = &self.groups[0];
+        let known = match (g.ladder.lower, g.ladder.upper) {
+            (l, Some(u)) => format!(
+                "TCP timeout between {} and {}",
+                fmt(l.unwrap_or_default()),
+                fmt(u)
+            ),
+            (Some(l), None) => format!("TCP alive after {} idle", fmt(l)),
+            (None, None) => "no TCP result yet".into(),
+        };
+        let others_busy = self.ladders()[1..].iter().any(|g| !g.ladder.finished(now));
+        let phase = if self.keepalive == KeepaliveTest::Fired {
+            "testing the keepalive probes"
+        } else if g.ladder.upper.is_none() {
+            "waiting for idle probes to age"
+        } else if !g.ladder.finished(now) {
+            "pinning the timeout"
+        } else if others_busy && self.ladders().iter().any(|g| g.mode.warm()) {
+            "locating the hop that forgets"
+        } else {
+            "finishing the other probe modes"
+        };
+        let judged: usize = self.groups.iter().map(|g| g.rows.len()).sum();
+        format!(
+            "idle: {} elapsed, {phase} ({judged} tests judged), {known}; done in at most {}",
+            fmt(now),
+            fmt(self.eta(now))
+        )
     }
 
     /// Events from probe connections: opened, failed, a probe or pong arrived, ended.
@@ -367,18 +499,67 @@ impl<'a> TcpRun<'a> {
         fire
     }
 
-    /// The keepalive probes, tested once the ladders are done.
-    fn keepalive_tests(&mut self) -> Vec<(usize, usize)> {
+    /// The keepalive probes, tested once the server-initiated ladder has pinned the timeout and
+    /// they have been idle (no data) longer than it: they need not wait for the other ladders.
+    fn keepalive_tests(&mut self, now: Duration) -> Vec<(usize, usize)> {
+        if self.keepalive != KeepaliveTest::Waiting {
+            return Vec::new();
+        }
+        let main = &self.groups[0].ladder;
+        if !main.finished(now) {
+            return Vec::new();
+        }
+        let Some(upper) = main.upper else {
+            // No timeout: nothing for keepalives to outlive.
+            self.keepalive = KeepaliveTest::NotNeeded;
+            return Vec::new();
+        };
+        let r = self.cfg.resolution;
         let gi = self.groups.len() - 1;
         let ka = &mut self.groups[gi];
-        let mut fire = Vec::new();
-        for i in 0..ka.probes.len() {
-            if ka.ladder.slots[i].state == SlotState::Idle {
-                ka.ladder.slots[i].state = SlotState::Testing;
-                fire.push((gi, i));
-            }
+        let ready: Vec<usize> = (0..ka.probes.len())
+            .filter(|&i| ka.ladder.slots[i].state == SlotState::Idle)
+            .collect();
+        let old_enough = ready.iter().all(|&i| {
+            ka.ladder.slots[i]
+                .last_activity
+                .is_some_and(|at| now.saturating_sub(at) > upper + r)
+        });
+        let opening = (0..ka.probes.len()).any(|i| ka.ladder.slots[i].state == SlotState::Pending);
+        if ready.is_empty() && !opening {
+            self.keepalive = KeepaliveTest::Done; // none opened; the verdict says so
+            return Vec::new();
         }
-        fire
+        if ready.is_empty() || !old_enough {
+            return Vec::new();
+        }
+        self.keepalive = KeepaliveTest::Fired;
+        ready
+            .into_iter()
+            .map(|i| {
+                ka.ladder.slots[i].state = SlotState::Testing;
+                (gi, i)
+            })
+            .collect()
+    }
+
+    /// Why the keepalive probes were not tested, when they were not (and were wanted).
+    pub(super) fn keepalive_not_run(&self, cut_short: Option<&str>) -> Option<String> {
+        match self.keepalive {
+            KeepaliveTest::Done | KeepaliveTest::NotNeeded => {
+                let ka = self.keepalive_group();
+                (ka.rows.is_empty()
+                    && !ka.probes.is_empty()
+                    && self.groups[0].ladder.upper.is_some())
+                .then(|| {
+                    "the keepalive connections did not open or ended before their test".to_string()
+                })
+            }
+            KeepaliveTest::Waiting | KeepaliveTest::Fired => Some(match cut_short {
+                Some(why) => why.to_string(),
+                None => "the run reached its deadline before their test".to_string(),
+            }),
+        }
     }
 
     /// One fire request for every server-fired test; what the server did not send is lost.
@@ -435,24 +616,4 @@ impl<'a> TcpRun<'a> {
             }
         }
     }
-}
-
-fn status_line(groups: &[Group], now: Duration, horizon: Duration) -> String {
-    let fmt = pathdoc_core::units::format_duration;
-    let g = &groups[0];
-    let known = match (g.ladder.lower, g.ladder.upper) {
-        (l, Some(u)) => format!(
-            "timeout between {} and {}",
-            fmt(l.unwrap_or_default()),
-            fmt(u)
-        ),
-        (Some(l), None) => format!("alive after {} idle", fmt(l)),
-        (None, None) => "no result yet".into(),
-    };
-    let eta = if g.ladder.upper.is_some() {
-        "soon".to_string()
-    } else {
-        format!("at most {}", fmt(horizon.saturating_sub(now)))
-    };
-    format!("idle: {} elapsed, {known}; ETA {eta}", fmt(now))
 }
