@@ -79,6 +79,9 @@ pub enum MtuError {
 pub struct MtuResult {
     pub findings: Vec<Finding>,
     pub data: MtuData,
+    /// The cancellation token fired: what is here is what was measured until then; the steps
+    /// that did not run are findings saying so, and `data.interrupted` is true.
+    pub interrupted: bool,
 }
 
 const REPLY_DEADLINE: Duration = Duration::from_secs(5);
@@ -167,37 +170,87 @@ pub async fn run_check(
     token: Option<String>,
     opts: &MtuOptions,
     progress: &dyn Progress,
-    _cancel: &CancellationToken,
+    cancel: &CancellationToken,
 ) -> Result<MtuResult, MtuError> {
     validate(opts)?;
     // Phase 1: the control connection (small MSS) and the server's sysctl.
-    let mut run = MtuRun::connect(server, token, opts, progress).await?;
+    let connected = tokio::select! {
+        r = MtuRun::connect(server, token, opts, progress) => Some(r?),
+        _ = cancel.cancelled() => None,
+    };
+    let Some(mut run) = connected else {
+        let mut data = MtuData {
+            server: server.to_string(),
+            interrupted: true,
+            ..Default::default()
+        };
+        for step in [Step::DownSearch, Step::UpSearch] {
+            data.not_run(step, "interrupted before the check had connected");
+        }
+        return Ok(MtuResult {
+            findings: verdict::findings(&data),
+            data,
+            interrupted: true,
+        });
+    };
+    // Each phase below records itself as not run, with why, when it fails or is interrupted;
+    // the phases after an interruption are not started.
+    macro_rules! phase {
+        ($step:expr, $call:expr) => {{
+            let step = $step;
+            if cancel.is_cancelled() {
+                run.data.not_run(step, INTERRUPTED);
+            } else {
+                let outcome = tokio::select! {
+                    r = $call => Some(r),
+                    _ = cancel.cancelled() => None,
+                };
+                match outcome {
+                    Some(Ok(())) => {}
+                    Some(Err(e)) => run.data.not_run(step, e.to_string()),
+                    None => run.data.not_run(step, INTERRUPTED),
+                }
+            }
+        }};
+    }
     // Phase 2: TCP as it is before any probe: the MSS each way and a download with the MSS the
     // client normally advertises. Done first because an ICMP too-big the probes trigger teaches
     // the client's kernel a smaller path MTU, which lowers its MSS and would hide a clamp.
     if !opts.skip_mss {
-        run.compare_mss().await;
+        phase!(Step::Mss, run.compare_mss());
     }
     if !opts.bulk.is_zero() {
-        run.time_download(None).await;
+        phase!(Step::Download, run.time_download(None));
     }
     // Phase 3: the size search in each direction.
-    run.search_down().await?;
-    run.search_up().await?;
+    phase!(Step::DownSearch, run.search_down());
+    phase!(Step::UpSearch, run.search_up());
     // Phase 4: where the MTU drops, in each direction that has a drop.
-    if opts.max_ttl > 0 {
-        run.locate_up().await?;
-        run.locate_down().await?;
+    let has_drop = |d: &Option<DirectionData>| d.as_ref().is_some_and(|d| d.outcome.has_drop());
+    if opts.max_ttl > 0 && has_drop(&run.data.up) {
+        phase!(Step::LocateUp, run.locate_up());
+    }
+    if opts.max_ttl > 0 && has_drop(&run.data.down) {
+        phase!(Step::LocateDown, run.locate_down());
     }
     // Phase 5: the same download with the client's MSS set to fit a smaller server→client MTU.
     if let Some(mss) = run.reduced_mss() {
-        run.time_download(Some(mss)).await;
+        phase!(Step::ReducedDownload, run.time_download(Some(mss)));
     }
     // Phase 6: release the session and judge.
-    let data = run.finish().await;
+    let interrupted = cancel.is_cancelled();
+    let mut data = run.finish().await;
+    data.interrupted = interrupted;
     let findings = verdict::findings(&data);
-    Ok(MtuResult { findings, data })
+    Ok(MtuResult {
+        findings,
+        data,
+        interrupted,
+    })
 }
+
+/// Why a step did not run when the user interrupted the check.
+const INTERRUPTED: &str = "the check was interrupted";
 
 fn validate(opts: &MtuOptions) -> Result<(), MtuError> {
     if opts.min_size < MIN_PROBE_SIZE
@@ -580,24 +633,18 @@ impl<'a> MtuRun<'a> {
     }
 
     /// MSS both ways: the server saves our SYN; we read TCP_INFO for its SYN-ACK.
-    async fn compare_mss(&mut self) {
+    async fn compare_mss(&mut self) -> Result<(), MtuError> {
         self.progress
             .status("mtu: comparing the handshake MSS both ways");
-        match mss_check(&mut self.conn, self.server, self.data.ipv6).await {
-            Ok(obs) => {
-                self.data.mss_comparison = analysis::compare_mss(&obs);
-                self.data.mss = Some(obs);
-            }
-            Err(e) => self.data.not_run(Step::Mss, e.to_string()),
-        }
+        let obs = mss_check(&mut self.conn, self.server, self.data.ipv6).await?;
+        self.data.mss_comparison = analysis::compare_mss(&obs);
+        self.data.mss = Some(obs);
+        Ok(())
     }
 
     /// The symptom users feel: a timed download with the MSS the client normally advertises
     /// (`mss` None) or with `TCP_MAXSEG` set before connecting.
-    async fn time_download(&mut self, mss: Option<u32>) {
-        if self.opts.bulk.is_zero() {
-            return;
-        }
+    async fn time_download(&mut self, mss: Option<u32>) -> Result<(), MtuError> {
         self.progress.status(&match mss {
             None => "mtu: timing a bulk download".to_string(),
             Some(m) => format!("mtu: timing the same download with MSS {m}"),
@@ -610,13 +657,12 @@ impl<'a> MtuRun<'a> {
             mss,
             self.opts,
         )
-        .await;
-        match (run, mss) {
-            (Ok(r), None) => self.data.bulk_full = Some(r),
-            (Ok(r), Some(_)) => self.data.bulk_reduced = Some(r),
-            (Err(e), None) => self.data.not_run(Step::Download, e.to_string()),
-            (Err(e), Some(_)) => self.data.not_run(Step::ReducedDownload, e.to_string()),
+        .await?;
+        match mss {
+            None => self.data.bulk_full = Some(run),
+            Some(_) => self.data.bulk_reduced = Some(run),
         }
+        Ok(())
     }
 
     /// The MSS that fits a smaller server→client path MTU, when there is one (and a download

@@ -16,3 +16,4 @@ pub mod wire;
 
 pub use client::{run_check, MtuError, MtuOptions, MtuResult};
 pub use server::MtuService;
+pub use verdict::FINDING_IDS;
