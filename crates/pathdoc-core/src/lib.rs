@@ -8,4 +8,7 @@ pub mod report;
 pub mod units;
 
 pub use progress::{NoProgress, Progress};
-pub use report::{Direction, Evidence, Finding, FindingId, Host, Quantity, Remedy, Report, Status};
+pub use report::{
+    Direction, Evidence, Finding, FindingId, Host, Quantity, Remedy, Report, Status,
+    GENERIC_FINDING_IDS,
+};

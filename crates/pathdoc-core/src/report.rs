@@ -240,6 +240,12 @@ pub struct FindingId {
     pub meaning: &'static str,
 }
 
+/// Finding ids any check can carry, emitted by the front end rather than a check crate.
+pub const GENERIC_FINDING_IDS: &[FindingId] = &[FindingId {
+    id: "check-failed",
+    meaning: "the check named in `check` could not run (server unreachable, refused, bad option); the summary says why: INCONCLUSIVE",
+}];
+
 /// One verdict of one check.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {

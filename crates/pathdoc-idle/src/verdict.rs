@@ -675,15 +675,18 @@ pub fn culprit_finding(
 fn udp_class_finding(c: &UdpClassReport, run: &RunSummary, owner: &Owner) -> Finding {
     let req = "RFC 4787 REQ-5: a UDP mapping MUST NOT expire in less than 2 min; 5 min or more RECOMMENDED";
     let stream = c.class == UdpClass::Stream;
-    let (id, what, how_made) = if stream {
+    let id = if stream {
+        "udp-stream-timeout"
+    } else {
+        "udp-single-exchange-timeout"
+    };
+    let (what, how_made) = if stream {
         (
-            "udp-stream-timeout",
             "UDP flows with traffic both ways",
             "bindings that exchanged datagrams both ways over 2.5 s, then went silent (a VPN, QUIC or VoIP flow gone quiet)",
         )
     } else {
         (
-            "udp-single-exchange-timeout",
             "UDP bindings after a single exchange",
             "bindings that saw one datagram each way, then silence (a DNS query, a STUN binding request, a SIP REGISTER)",
         )

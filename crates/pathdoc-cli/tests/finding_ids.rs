@@ -1,0 +1,330 @@
+//! Finding ids cannot drift: every id the code can emit is in its check's `FINDING_IDS`
+//! registry, every registered id is emitted somewhere, and docs/output.md lists exactly the
+//! registered ids of each check. No lab, no network: it reads the sources.
+//!
+//! "Can emit" is read from the source: the id argument of every `Finding::new` outside test
+//! modules must be a string literal, a local bound by `let id = …` to literals, or the
+//! parameter of a local closure whose calls pass literals. Anything else (a `format!`) fails
+//! the test with the place to fix.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use pathdoc_core::FindingId;
+
+/// Each check's doc section, the crate whose sources emit its findings, and its registry.
+/// A check crate without a registry yet is listed with `None` and checked once it has one.
+fn checks() -> Vec<(&'static str, &'static str, Option<&'static [FindingId]>)> {
+    vec![
+        ("idle", "pathdoc-idle", Some(pathdoc_idle::FINDING_IDS)),
+        ("mtu", "pathdoc-mtu", Some(pathdoc_mtu::FINDING_IDS)),
+        // The throughput check's owner adds `pathdoc_speed::FINDING_IDS` (its rate ids are
+        // built with format! today, which this test would reject).
+        ("throughput", "pathdoc-speed", None),
+        (
+            "any check",
+            "pathdoc-cli",
+            Some(pathdoc_core::GENERIC_FINDING_IDS),
+        ),
+    ]
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Index just past the bracket that closes the one at `open` (strings and chars skipped).
+fn matching(text: &[u8], open: usize) -> usize {
+    let mut depth = 0i32;
+    let mut i = open;
+    while i < text.len() {
+        match text[i] {
+            b'"' => {
+                i += 1;
+                while i < text.len() && text[i] != b'"' {
+                    if text[i] == b'\\' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+            }
+            b'\'' if i + 2 < text.len() && (text[i + 2] == b'\'' || text[i + 1] == b'\\') => {
+                i += if text[i + 1] == b'\\' { 3 } else { 2 };
+            }
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' | b']' | b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    text.len()
+}
+
+/// The source without `#[cfg(test)]` items (the block after the attribute).
+fn without_tests(src: &str) -> String {
+    let mut out = String::new();
+    let mut rest = src;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at..];
+        let Some(open) = after.find('{') else {
+            return out;
+        };
+        let end = matching(after.as_bytes(), open);
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Top-level comma-separated arguments of the call whose `(` is at `open`.
+fn args(text: &str, open: usize) -> Vec<String> {
+    let end = matching(text.as_bytes(), open);
+    let inner = &text[open + 1..end - 1];
+    let mut out = Vec::new();
+    let (mut depth, mut start, mut in_str) = (0i32, 0, false);
+    let b = inner.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'\\' if in_str => i += 1,
+            b'"' => in_str = !in_str,
+            b'(' | b'[' | b'{' if !in_str => depth += 1,
+            b')' | b']' | b'}' if !in_str => depth -= 1,
+            b',' if !in_str && depth == 0 => {
+                out.push(inner[start..i].trim().to_string());
+                start = i + 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out.push(inner[start..].trim().to_string());
+    out
+}
+
+fn is_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.contains('-')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// Id-like string literals in `text`.
+fn id_literals(text: &str) -> Vec<String> {
+    text.split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| is_id(s))
+        .map(String::from)
+        .collect()
+}
+
+/// The ids `arg` (the id argument of the `Finding::new` at `at` in `src`) can take, or why not.
+/// Locals and closure parameters are looked up at their nearest binding before the call.
+fn resolve(arg: &str, src: &str, at: usize) -> Result<Vec<String>, String> {
+    let before = &src[..at];
+    if arg.starts_with('"') && arg.ends_with('"') {
+        return Ok(vec![arg.trim_matches('"').to_string()]);
+    }
+    let ident_ok = arg.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !ident_ok {
+        return Err(format!("the id is computed (`{arg}`): use literal ids"));
+    }
+    // `let id = if … { "a" } else { "b" };`
+    let binding = before.rfind(&format!("let {arg} = "));
+    let param = [format!("|{arg}:"), format!("|{arg},")]
+        .iter()
+        .filter_map(|p| before.rfind(p.as_str()))
+        .max();
+    if let Some(at) = binding.filter(|b| param.is_none_or(|p| *b > p)) {
+        let stmt = &src[at..at + src[at..].find(';').unwrap_or(0)];
+        let lits = id_literals(stmt);
+        if !lits.is_empty() {
+            return Ok(lits);
+        }
+    }
+    // `let finding = |id: &'static str, …| Finding::new(CHECK, id, …)` and `finding("a", …)`.
+    if let Some(at) = param {
+        let before = &src[..at];
+        if let Some(let_at) = before.rfind("let ") {
+            let name: String = before[let_at + 4..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let mut lits = Vec::new();
+            let call = format!("{name}(");
+            let mut from = 0;
+            while let Some(i) = src[from..].find(&call) {
+                let open = from + i + name.len();
+                let preceded = src[..from + i]
+                    .chars()
+                    .last()
+                    .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'));
+                if preceded {
+                    if let Some(first) = args(src, open).first() {
+                        lits.extend(id_literals(first));
+                    }
+                }
+                from = open + 1;
+            }
+            if !lits.is_empty() {
+                return Ok(lits);
+            }
+        }
+    }
+    Err(format!("cannot tell which id `{arg}` holds"))
+}
+
+/// Every id the crate's sources can emit, with where; panics on an id it cannot read.
+fn emitted(krate: &str) -> BTreeMap<String, String> {
+    let mut files = Vec::new();
+    rust_files(
+        &workspace().join("crates").join(krate).join("src"),
+        &mut files,
+    );
+    let mut ids = BTreeMap::new();
+    let mut problems = Vec::new();
+    for f in files {
+        let src = without_tests(&std::fs::read_to_string(&f).unwrap());
+        let mut from = 0;
+        while let Some(i) = src[from..].find("Finding::new(") {
+            let open = from + i + "Finding::new".len();
+            let a = args(&src, open);
+            let line = src[..open].lines().count();
+            let place = format!("{}:{line}", f.display());
+            match a.get(1).map(|arg| resolve(arg, &src, open)) {
+                Some(Ok(lits)) => {
+                    for l in lits {
+                        ids.entry(l).or_insert_with(|| place.clone());
+                    }
+                }
+                Some(Err(why)) => problems.push(format!("{place}: {why}")),
+                None => problems.push(format!("{place}: no id argument")),
+            }
+            from = open + 1;
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    ids
+}
+
+/// `### <check>` sections under `## Finding ids` in docs/output.md: the ids of each table.
+fn documented() -> BTreeMap<String, BTreeSet<String>> {
+    let doc = std::fs::read_to_string(workspace().join("docs/output.md")).unwrap();
+    let section = doc
+        .split("\n## Finding ids")
+        .nth(1)
+        .expect("docs/output.md has a `## Finding ids` section");
+    let section = section.split("\n## ").next().unwrap();
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut current = None;
+    for line in section.lines() {
+        if let Some(h) = line.strip_prefix("### ") {
+            current = Some(h.trim().to_string());
+            out.entry(h.trim().to_string()).or_default();
+        } else if let (Some(c), Some(cell)) = (&current, line.strip_prefix("| `")) {
+            let id = cell.split('`').next().unwrap().to_string();
+            out.get_mut(c).unwrap().insert(id);
+        }
+    }
+    out
+}
+
+#[test]
+fn every_emitted_id_is_registered_and_documented_and_every_documented_id_exists() {
+    let docs = documented();
+    let mut problems = Vec::new();
+    for (check, krate, registry) in checks() {
+        let Some(registry) = registry else {
+            eprintln!("{check}: no FINDING_IDS registry in {krate} yet; not checked");
+            continue;
+        };
+        let registered: BTreeSet<String> = registry.iter().map(|i| i.id.to_string()).collect();
+        assert_eq!(
+            registered.len(),
+            registry.len(),
+            "{check}: an id is registered twice"
+        );
+        for i in registry {
+            assert!(is_id(i.id), "{check}: `{}` is not a kebab-case id", i.id);
+            assert!(!i.meaning.is_empty(), "{check}: `{}` has no meaning", i.id);
+        }
+        let code = emitted(krate);
+        for (id, place) in &code {
+            if !registered.contains(id) {
+                problems.push(format!(
+                    "{place}: `{id}` is emitted but not in {krate}'s FINDING_IDS"
+                ));
+            }
+        }
+        for id in &registered {
+            if !code.contains_key(id) {
+                problems.push(format!(
+                    "{check}: `{id}` is registered but no code emits it"
+                ));
+            }
+        }
+        match docs.get(check) {
+            None => problems.push(format!("docs/output.md has no `### {check}` table")),
+            Some(listed) => {
+                for id in registered.difference(listed) {
+                    problems.push(format!("docs/output.md ({check}): `{id}` is missing"));
+                }
+                for id in listed.difference(&registered) {
+                    problems.push(format!("docs/output.md ({check}): `{id}` does not exist"));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "\n{}", problems.join("\n"));
+}
+
+#[test]
+fn the_source_reader_sees_through_locals_and_closures() {
+    let src = r#"
+        fn f() {
+            let finding = |id: &'static str, s| Finding::new(CHECK, id, s, "t");
+            finding("path-mtu", 1);
+            finding(
+                "pmtud-black-hole",
+                2,
+            );
+            let id = if x { "udp-a-b" } else { "udp-c-d" };
+            Finding::new(CHECK, id, 3, "t");
+            Finding::new(CHECK, format!("{}-rate", d), 3, "t");
+        }
+        #[cfg(test)]
+        mod tests { fn g() { Finding::new(CHECK, "test-only", 1, "x"); } }
+    "#;
+    let src = without_tests(src);
+    assert!(!src.contains("test-only"));
+    let closure = src.find("Finding::new(CHECK, id, s").unwrap() + "Finding::new".len();
+    assert_eq!(
+        resolve("id", &src, closure).unwrap(),
+        vec!["path-mtu", "pmtud-black-hole"]
+    );
+    let local = src.find("Finding::new(CHECK, id, 3").unwrap() + "Finding::new".len();
+    assert_eq!(args(&src, local)[1], "id");
+    assert_eq!(
+        resolve("id", &src, local).unwrap(),
+        vec!["udp-a-b", "udp-c-d"]
+    );
+    assert!(resolve("format!(\"{}-rate\", d)", &src, local).is_err());
+}
