@@ -1,7 +1,7 @@
 //! The idle check's progress through the lab: the library run inside the client namespace with
 //! a recording `Progress`, against a real `pathdoc server` behind two conntrack NATs. Every
-//! status line is a complete sentence a non-terminal front end can print as is, and every
-//! "done in at most T" it gives holds: the run ends by then.
+//! status line is complete in itself (a non-terminal front end can print it as is), and every
+//! "done within T" it gives holds: the run ends by then.
 
 mod support;
 
@@ -30,9 +30,9 @@ impl pathdoc_core::Progress for Recorder {
     fn note(&self, _message: &str) {}
 }
 
-/// "… done in at most 1 min 17 s" → 77 s.
+/// "… done within 1 min 17 s" → 77 s.
 fn promised(line: &str) -> Option<Duration> {
-    let tail = line.split("done in at most ").nth(1)?;
+    let tail = line.split("done within ").nth(1)?;
     pathdoc_core::units::parse_duration(&tail.replace(' ', "")).ok()
 }
 
@@ -87,7 +87,7 @@ fn every_eta_is_an_upper_bound_and_status_lines_cover_the_run() {
             "`{line}` promised the end by {eta:?}, it came {:?} after the line",
             end - *at
         );
-        assert!(line.starts_with("idle: "), "{line}");
+        assert!(line.starts_with("idle "), "{line}");
     }
     // Status keeps coming through the whole run (a front end prints one every ~30 s from it).
     let first = lines.first().unwrap().0;

@@ -162,7 +162,7 @@ pub async fn run(
             || lock(&health).session_ended.is_some(),
             |eta| {
                 progress.status(&format!(
-                    "idle: {} elapsed, TCP done; waiting for the UDP bindings' last tests; done in at most {}",
+                    "idle {}: TCP done, UDP bindings' last tests; done within {}",
                     pathdoc_core::units::format_duration(start.elapsed()),
                     pathdoc_core::units::format_duration(eta)
                 ))

@@ -221,8 +221,9 @@ pub fn box_remedies(owner: &Owner, fault: Fault) -> Vec<Remedy> {
             .on(Host::Isp),
         ],
         Owner::Carrier { .. } | Owner::Network { .. } => vec![Remedy::new(format!(
-            "{} belongs to your ISP: you cannot change it. Tell them {}",
-            capitalize(&owner.words()),
+            "Ask your ISP to raise the {} of {}: it is theirs, you cannot change it. Tell them {}",
+            fault.what(),
+            owner.words(),
             fault.complaint()
         ))
         .on(Host::Isp)],
@@ -242,14 +243,6 @@ pub fn box_remedies(owner: &Owner, fault: Fault) -> Vec<Remedy> {
             raise_own("the NAT that forgets (the check did not locate it)".to_string()),
             tell_isp("that NAT".to_string()),
         ],
-    }
-}
-
-fn capitalize(s: &str) -> String {
-    let mut c = s.chars();
-    match c.next() {
-        Some(f) => f.to_uppercase().collect::<String>() + c.as_str(),
-        None => String::new(),
     }
 }
 

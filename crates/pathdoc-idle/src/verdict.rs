@@ -230,9 +230,9 @@ fn keepalive_remedies(interval: u64) -> Vec<Remedy> {
                 (interval / 3).max(1)
             )),
         Remedy::new(format!(
-            "Applications you write: send an application-level keepalive at least every {interval} s on idle connections"
+            "Send an application-level keepalive at least every {interval} s on idle connections"
         ))
-        .on(Host::Other { name: "the applications that keep idle connections".into() }),
+        .on(Host::Other { name: "applications you write".into() }),
     ]
 }
 
@@ -295,7 +295,9 @@ pub fn tcp_findings(
             (lower, Some(upper)) => {
                 let lower = lower.unwrap_or_default();
                 let (est, pm) = server.estimate().unwrap_or_default();
-                let status = if upper <= RFC5382_FLOOR {
+                // A timeout of exactly the floor complies ("MUST NOT be less than"): FAIL only when
+                // the shortest idle that killed a probe is below it.
+                let status = if upper < RFC5382_FLOOR {
                     Status::Fail
                 } else {
                     Status::Pass
@@ -562,7 +564,7 @@ pub fn culprit_finding(
             why_not.unwrap_or("hop discovery did not run")
         ));
     };
-    let status = if t0.upper.is_some_and(|u| u <= RFC5382_FLOOR) {
+    let status = if t0.upper.is_some_and(|u| u < RFC5382_FLOOR) {
         Status::Fail
     } else {
         Status::Info
@@ -719,7 +721,7 @@ fn udp_class_finding(c: &UdpClassReport, run: &RunSummary, owner: &Owner) -> Fin
     match (o.lower, o.upper) {
         (lower, Some(upper)) => {
             let (est, pm) = o.estimate().unwrap_or_default();
-            let status = if upper <= RFC4787_FLOOR {
+            let status = if upper < RFC4787_FLOOR {
                 Status::Fail
             } else if upper <= RFC4787_RECOMMENDED {
                 Status::Warn
@@ -736,7 +738,11 @@ fn udp_class_finding(c: &UdpClassReport, run: &RunSummary, owner: &Owner) -> Fin
                     format_duration(lower),
                     format_duration(upper),
                     if stream { "Flows" } else { "Bindings made by one request and reply" }
-                ))
+                ) + match status {
+                    Status::Warn => " That meets RFC 4787's 2-min MUST but not its recommended 5 min.",
+                    Status::Pass => " That meets RFC 4787 REQ-5 including the recommended 5 min.",
+                    _ => "",
+                })
                 .evidence(Evidence::new("longest silence survived", Quantity::duration(lower)))
                 .evidence(Evidence::new("shortest silence that lost the binding", Quantity::duration(upper)).with_detail("the server's datagram did not arrive"))
                 .remedy(
@@ -1157,7 +1163,7 @@ mod tests {
         assert!(f[0].title.contains("contradict"), "{}", f[0].title);
         let mut u = udp(
             class(UdpClass::SingleExchange, Some(29), Some(30)),
-            class(UdpClass::Stream, Some(119), Some(120)),
+            class(UdpClass::Stream, Some(109), Some(110)),
         );
         u.inbound_refresh = Some((2, 0));
         let f = udp_findings(&u, &run(), &Owner::Unknown);
@@ -1165,7 +1171,16 @@ mod tests {
         assert_eq!(f[1].status, Status::Fail);
         let r = f.iter().find(|f| f.id == "udp-inbound-refresh").unwrap();
         assert_eq!(r.direction, Some(Direction::ServerToClient));
-        assert!(r.summary.contains("2 min"), "{}", r.summary);
+        assert!(r.summary.contains("1 min 50 s"), "{}", r.summary);
+        // Exactly the floor complies: not a failure.
+        let u = udp(
+            class(UdpClass::SingleExchange, Some(115), Some(120)),
+            class(UdpClass::Stream, None, None),
+        );
+        assert_eq!(
+            udp_findings(&u, &run(), &Owner::Unknown)[0].status,
+            Status::Warn
+        );
     }
 
     #[test]

@@ -37,6 +37,14 @@ impl Direction {
             Direction::ServerToClient => "client",
         }
     }
+    /// The other direction.
+    pub fn reversed(self) -> Direction {
+        match self {
+            Direction::ClientToServer => Direction::ServerToClient,
+            Direction::ServerToClient => Direction::ClientToServer,
+        }
+    }
+
     pub fn id(self) -> &'static str {
         match self {
             Direction::ClientToServer => "up",

@@ -14,7 +14,7 @@ use pathdoc_sys::pmtu;
 use tokio::io::AsyncReadExt;
 
 use crate::analysis::{self, BulkRun, Direction, HopReply, MssObservation, TtlRow};
-use crate::search::Search;
+use crate::search::{Search, SizeCap};
 use crate::server::{icmp_list, local_mtu, probe_datagram, send_probe};
 use crate::verdict::{self, DirectionData, MtuData, ProbeRow, Step};
 use crate::wire::*;
@@ -140,6 +140,7 @@ fn direction_data(direction: Direction, search: &Search, icmp: Vec<IcmpSeen>) ->
         icmp,
         ttl_scan: Vec::new(),
         location: None,
+        cached_pmtu: None,
     }
 }
 
@@ -386,12 +387,6 @@ impl<'a> MtuRun<'a> {
         // Not capped at the server's route MTU: that may be a PMTU the kernel cached from an
         // earlier too-big, and the point is to measure the path afresh. Probe sockets ignore the
         // cache; sizes above the interface MTU come back as EMSGSIZE and cap the search.
-        note_cached_pmtu(
-            &mut self.data,
-            "server→client",
-            route_mtu,
-            self.opts.max_size,
-        );
         let mut search = Search::new(self.opts.min_size, self.opts.max_size);
         let mut icmp = Vec::new();
         for _ in 0..self.opts.rounds {
@@ -437,7 +432,10 @@ impl<'a> MtuRun<'a> {
             hint_from_icmp(&mut search, &seen);
             icmp.extend(seen);
         }
-        self.data.down = Some(direction_data(Direction::ServerToClient, &search, icmp));
+        let mut d = direction_data(Direction::ServerToClient, &search, icmp);
+        d.cached_pmtu = cached_pmtu(route_mtu, &search);
+        note_cached_pmtu(&mut self.data, &d);
+        self.data.down = Some(d);
         Ok(())
     }
 
@@ -447,12 +445,7 @@ impl<'a> MtuRun<'a> {
         tx.connect(self.server)?;
         pmtu::make_probe_socket(&tx)?;
         let overhead = pmtu::udp_overhead(&self.server);
-        note_cached_pmtu(
-            &mut self.data,
-            "client→server",
-            pmtu::route_mtu(&tx).ok(),
-            self.opts.max_size,
-        );
+        let route_mtu = pmtu::route_mtu(&tx).ok();
         let mut up = UpSender {
             sock: tx,
             overhead,
@@ -527,7 +520,10 @@ impl<'a> MtuRun<'a> {
             hint_from_icmp(&mut search, &seen);
             icmp.extend(seen);
         }
-        self.data.up = Some(direction_data(Direction::ClientToServer, &search, icmp));
+        let mut d = direction_data(Direction::ClientToServer, &search, icmp);
+        d.cached_pmtu = cached_pmtu(route_mtu, &search);
+        note_cached_pmtu(&mut self.data, &d);
+        self.data.up = Some(d);
         self.up = Some(up);
         Ok(())
     }
@@ -876,12 +872,19 @@ async fn bulk_download(
     })
 }
 
-/// Record a PMTU the sender's kernel had already cached below the probe ceiling: the probes
-/// ignore it, but it tells the user an earlier transfer hit a smaller MTU on this path.
-fn note_cached_pmtu(data: &mut MtuData, direction: &str, route_mtu: Option<u32>, max: u16) {
-    if let Some(m) = route_mtu.filter(|&m| m > 0 && m < u32::from(max)) {
+/// A path MTU the sender's kernel had cached below its interface MTU (from an earlier ICMP
+/// too-big): the probes ignore it and measure afresh, but it lowers what TCP advertises.
+fn cached_pmtu(route_mtu: Option<u32>, search: &Search) -> Option<u32> {
+    let interface = (search.cap() == SizeCap::SenderInterface).then(|| u32::from(search.max()));
+    route_mtu.filter(|&m| m > 0 && interface.is_some_and(|i| m < i))
+}
+
+/// Say so in the notes too (the JSON's remarks).
+fn note_cached_pmtu(data: &mut MtuData, d: &DirectionData) {
+    if let Some(m) = d.cached_pmtu {
         data.notes.push(format!(
-            "{direction}: the sender's kernel had a cached path MTU of {m} B (from an earlier ICMP too-big); probes ignore it and measure afresh"
+            "{}: the sender's kernel had a cached path MTU of {m} B (from an earlier ICMP too-big); probes ignore it and measure afresh",
+            d.direction.label()
         ));
     }
 }

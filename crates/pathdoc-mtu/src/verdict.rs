@@ -81,6 +81,9 @@ pub struct DirectionData {
     pub ttl_scan: Vec<TtlRow>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub location: Option<Location>,
+    /// A smaller path MTU the sender's kernel had cached before the probes (they ignore it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cached_pmtu: Option<u32>,
 }
 
 /// A step of the check that did not run or did not finish.
@@ -310,8 +313,14 @@ fn tcp_story(data: &MtuData, dir: Direction, mtu: u16) -> TcpStory {
             mss + hdr(data.ipv6)
         ),
         None => format!(
-            "the {} advertises MSS {mss} itself (its own route MTU is small enough), so the {who} sends segments of at most {} B, which fit the {path} path",
+            "the {} advertises MSS {mss} itself ({}), so the {who} sends segments of at most {} B, which fit the {path} path",
             dir.receiver(),
+            match data.direction(dir.reversed()).and_then(|d| d.cached_pmtu) {
+                Some(c) => format!(
+                    "its kernel had learned a {c} B path MTU from an earlier ICMP too-big; that lasts about 10 min, and a clamp on the path, if any, would not show in this run"
+                ),
+                None => "its own interface or route MTU is small enough".to_string(),
+            },
             mss + hdr(data.ipv6)
         ),
     }
@@ -330,7 +339,7 @@ fn tcp_story(data: &MtuData, dir: Direction, mtu: u16) -> TcpStory {
         (TcpGuard::Fits { mss, clamp }, dl) => TcpStory {
             protected: true,
             sentence: format!(
-                "TCP {} this client are protected: {}{}. Still at risk: traffic that does not size its packets by TCP's MSS (UDP and QUIC with large datagrams, VPN and tunnel traffic, IPsec), IPv6 if the clamp covers only IPv4, and TCP from hosts or paths the clamp does not cover; for them packets over {path} vanish silently.",
+                "TCP {} this client are protected: {}{}. Still at risk: traffic that does not size its packets by TCP's MSS (UDP and QUIC with large datagrams, VPN and tunnel traffic, IPsec), {}; for them packets over {path} vanish silently.",
                 if dir == Direction::ServerToClient { "downloads to" } else { "uploads from" },
                 fits_because(mss, clamp),
                 match dl {
@@ -339,6 +348,11 @@ fn tcp_story(data: &MtuData, dir: Direction, mtu: u16) -> TcpStory {
                         Quantity::Goodput(f.goodput_bps())
                     ),
                     _ => String::new(),
+                },
+                if clamp.is_some() {
+                    "IPv6 if the clamp covers only IPv4, and TCP from hosts or paths the clamp does not cover"
+                } else {
+                    "and TCP from hosts that advertise a larger MSS"
                 }
             ),
         },
@@ -437,11 +451,11 @@ fn remedies(
                 .map(|a| a.to_string()),
         };
         let at = match &d.location {
-            Some(l) if l.hop > 0 => format!(" (hop {} from the {who})", l.hop),
+            Some(l) if l.hop > 0 => format!(", hop {} from the {who}", l.hop),
             _ => String::new(),
         };
         r.push(
-            Remedy::new(format!("On the router in front of the smaller link{at}: clamp the MSS of forwarded SYNs to the route MTU"))
+            Remedy::new(format!("Clamp the MSS of forwarded SYNs to the route MTU (on the router in front of the smaller link{at}), so TCP fits the path whatever ICMP does"))
                 .on(router)
                 .with_command("nft add rule inet filter forward tcp flags syn tcp option maxseg size set rt mtu"),
         );
@@ -464,6 +478,20 @@ fn remedies(
 }
 
 fn direction_findings(d: &DirectionData, data: &MtuData) -> Vec<Finding> {
+    let mut out = direction_verdict(d, data);
+    if let (Some(f), Some(m)) = (out.first_mut(), d.cached_pmtu) {
+        f.evidence.push(
+            Evidence::new(
+                format!("path MTU the {}'s kernel had cached", d.direction.sender()),
+                Quantity::Bytes(u64::from(m)),
+            )
+            .with_detail("from an earlier ICMP too-big; the probes ignore it and measure afresh"),
+        );
+    }
+    out
+}
+
+fn direction_verdict(d: &DirectionData, data: &MtuData) -> Vec<Finding> {
     let dir = d.direction;
     // Hops count from the client in findings; a server→client location counts from the server.
     let client_hop = d
@@ -905,6 +933,7 @@ mod tests {
             icmp: vec![],
             outcome,
             ttl_scan: vec![],
+            cached_pmtu: None,
             location: Some(Location {
                 hop: 1,
                 addr: Some("10.0.1.1".parse().unwrap()),

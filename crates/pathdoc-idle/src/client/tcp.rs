@@ -226,12 +226,14 @@ impl<'a> TcpRun<'a> {
         }
     }
 
+    /// One self-contained line: elapsed time, phase, tests judged, the TCP bracket so far and
+    /// the ETA bound (a front end may print it as is when not on a terminal).
     fn status_line(&self, now: Duration) -> String {
         let fmt = pathdoc_core::units::format_duration;
         let g = &self.groups[0];
         let known = match (g.ladder.lower, g.ladder.upper) {
             (l, Some(u)) => format!(
-                "TCP timeout between {} and {}",
+                "TCP timeout in ({}, {}]",
                 fmt(l.unwrap_or_default()),
                 fmt(u)
             ),
@@ -240,19 +242,19 @@ impl<'a> TcpRun<'a> {
         };
         let others_busy = self.ladders()[1..].iter().any(|g| !g.ladder.finished(now));
         let phase = if self.keepalive == KeepaliveTest::Fired {
-            "testing the keepalive probes"
+            "testing keepalives"
         } else if g.ladder.upper.is_none() {
-            "waiting for idle probes to age"
+            "probes aging"
         } else if !g.ladder.finished(now) {
             "pinning the timeout"
         } else if others_busy && self.ladders().iter().any(|g| g.mode.warm()) {
-            "locating the hop that forgets"
+            "locating the culprit hop"
         } else {
-            "finishing the other probe modes"
+            "finishing"
         };
         let judged: usize = self.groups.iter().map(|g| g.rows.len()).sum();
         format!(
-            "idle: {} elapsed, {phase} ({judged} tests judged), {known}; done in at most {}",
+            "idle {}: {phase}, {judged} tests judged, {known}; done within {}",
             fmt(now),
             fmt(self.eta(now))
         )
