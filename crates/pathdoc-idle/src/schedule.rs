@@ -109,6 +109,13 @@ pub fn plan_ladder(
     }
 }
 
+/// A bracket this narrow pins the timeout. Idle times are measured by the server, so a bracket
+/// of two r-spaced probes comes out a few ms wider than r; without the slack the ladder kept
+/// testing (and refreshing) probes for a bracket it had already pinned, up to its hard end.
+pub fn pinned_width(resolution: Duration) -> Duration {
+    resolution + resolution / 10
+}
+
 /// The role a probe connection plays in its ladder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -253,7 +260,7 @@ impl Ladder {
             }
             Some(upper) => {
                 let lower = self.lower.unwrap_or(Duration::ZERO);
-                if upper.saturating_sub(lower) > r {
+                if upper.saturating_sub(lower) > pinned_width(r) {
                     for i in 0..self.slots.len() {
                         if let Some(a) = self.age(i, now) {
                             if a > lower + r / 2 && a < upper {
@@ -348,7 +355,7 @@ impl Ladder {
         match self.upper {
             Some(u) => {
                 let l = self.lower.unwrap_or(Duration::ZERO);
-                if u.saturating_sub(l) <= r {
+                if u.saturating_sub(l) <= pinned_width(r) {
                     return true;
                 }
                 // Some idle or pending probe younger than `u` will pass through the bracket.
@@ -546,6 +553,26 @@ mod tests {
                 t += r / 4.0;
             }
         }
+    }
+
+    #[test]
+    fn a_bracket_a_little_wider_than_the_resolution_is_pinned() {
+        // Measured idle times: 115.03 s survived, 120.09 s died, at a 5-s resolution.
+        let mut ladder = Ladder::new(plan_ladder(s(180.0), s(5.0), 36, None));
+        for i in 0..ladder.slots.len() {
+            let at = ladder.open_at(i);
+            ladder.opened(i, at);
+        }
+        let a = ladder.due(s(115.0))[0];
+        ladder.record(a, TestResult::Alive { idle: s(115.03) }, s(115.5));
+        ladder.slots[a].state = SlotState::Gone;
+        let b = (0..ladder.slots.len())
+            .find(|&i| ladder.slots[i].state == SlotState::Idle)
+            .unwrap();
+        ladder.slots[b].state = SlotState::Testing;
+        ladder.record(b, TestResult::Dead { idle: s(120.09) }, s(121.0));
+        assert!(ladder.finished(s(121.0)), "a 5.06-s bracket at 5-s resolution");
+        assert!(ladder.due(s(122.0)).is_empty());
     }
 
     #[test]

@@ -346,103 +346,169 @@ pub(crate) struct UdpSetup {
 }
 
 /// Run both classes' ladders and the inbound-refresh bindings until done, `stop` or `hard_end`.
+/// Each tick: take in what the sockets saw, open the bindings whose time has come, start the
+/// server's refresh traffic, judge tests whose window has passed, fire the due tests.
 pub(crate) async fn run_udp(s: UdpSetup) -> UdpReport {
-    let mut classes = [
-        ClassRun::new(UdpClass::SingleExchange, s.plan.clone()),
-        ClassRun::new(UdpClass::Stream, s.plan.clone()),
-    ];
-    let mut refresh: Vec<Binding> = (0..REFRESH_BINDINGS).map(|_| Binding::default()).collect();
-    let (tx, mut rx) = mpsc::unbounded_channel::<Ev>();
-    let (sock_tx, mut sock_rx) = mpsc::unbounded_channel::<(Who, Arc<UdpSocket>)>();
-    let mut refresh_started = false;
-    let mut refresh_done: Option<(u32, u32)> = None;
-    let mut refresh_fired = false;
-    let mut tests = Vec::new();
-    let mut nonce: u64 = rand::random::<u64>() | 0x1000;
-    let tick = (s.plan.resolution / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut run = UdpRun::new(s);
+    let tick = (run.s.plan.resolution / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
     let stopped_early = loop {
-        let now = s.start.elapsed();
-        while let Ok((who, sock)) = sock_rx.try_recv() {
-            match who {
-                Who::Class(c, i) => classes[c].bindings[i].sock = Some(sock),
-                Who::Refresh(i) => refresh[i].sock = Some(sock),
-            }
+        let now = run.s.start.elapsed();
+        run.take_events();
+        let stopped = run.s.stop.load(std::sync::atomic::Ordering::Relaxed);
+        if !stopped {
+            run.open_due(now);
         }
-        while let Ok(ev) = rx.try_recv() {
+        run.start_refresh().await;
+        run.judge(now);
+        let mut fire = Vec::new();
+        if !stopped && now <= run.s.hard_end {
+            fire = run.due_tests(now);
+            fire.extend(run.refresh_tests(now));
+        }
+        run.fire(fire).await;
+        let complete = run.complete(now);
+        if complete || stopped || now > run.s.hard_end {
+            break !complete;
+        }
+        tokio::time::sleep(tick).await;
+    };
+    run.report(stopped_early)
+}
+
+/// The UDP part's state: both classes, the refresh bindings, and the tests judged so far.
+struct UdpRun {
+    s: UdpSetup,
+    classes: [ClassRun; 2],
+    refresh: Vec<Binding>,
+    tx: mpsc::UnboundedSender<Ev>,
+    rx: mpsc::UnboundedReceiver<Ev>,
+    sock_tx: mpsc::UnboundedSender<(Who, Arc<UdpSocket>)>,
+    sock_rx: mpsc::UnboundedReceiver<(Who, Arc<UdpSocket>)>,
+    refresh_started: bool,
+    refresh_done: Option<(u32, u32)>,
+    refresh_fired: bool,
+    tests: Vec<UdpTest>,
+    nonce: u64,
+}
+
+impl UdpRun {
+    fn new(s: UdpSetup) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (sock_tx, sock_rx) = mpsc::unbounded_channel();
+        UdpRun {
+            classes: [
+                ClassRun::new(UdpClass::SingleExchange, s.plan.clone()),
+                ClassRun::new(UdpClass::Stream, s.plan.clone()),
+            ],
+            refresh: (0..REFRESH_BINDINGS).map(|_| Binding::default()).collect(),
+            s,
+            tx,
+            rx,
+            sock_tx,
+            sock_rx,
+            refresh_started: false,
+            refresh_done: None,
+            refresh_fired: false,
+            tests: Vec::new(),
+            // Fire nonces stay clear of the small ones the stream warm-up uses.
+            nonce: rand::random::<u64>() | 0x1000,
+        }
+    }
+
+    fn binding(&mut self, who: Who) -> &mut Binding {
+        match who {
+            Who::Class(c, i) => &mut self.classes[c].bindings[i],
+            Who::Refresh(i) => &mut self.refresh[i],
+        }
+    }
+
+    /// Sockets that opened, bindings that opened or failed, probes that arrived.
+    fn take_events(&mut self) {
+        while let Ok((who, sock)) = self.sock_rx.try_recv() {
+            self.binding(who).sock = Some(sock);
+        }
+        while let Ok(ev) = self.rx.try_recv() {
             match ev {
-                Ev::Opened(Who::Class(c, i), at) => {
-                    classes[c].ladder.opened(i, at);
-                    classes[c].bindings[i].opened_at = Some(at);
+                Ev::Opened(who, at) => {
+                    if let Who::Class(c, i) = who {
+                        self.classes[c].ladder.opened(i, at);
+                    }
+                    self.binding(who).opened_at = Some(at);
                 }
-                Ev::Opened(Who::Refresh(i), at) => refresh[i].opened_at = Some(at),
                 Ev::OpenFailed(Who::Class(c, i)) => {
-                    classes[c].ladder.lost_slot(i);
-                    classes[c].open_failed += 1;
+                    self.classes[c].ladder.lost_slot(i);
+                    self.classes[c].open_failed += 1;
                 }
                 Ev::OpenFailed(Who::Refresh(_)) => {}
-                Ev::Probe(Who::Class(c, i), n, at) => {
-                    classes[c].bindings[i].arrived = Some((n, at))
-                }
-                Ev::Probe(Who::Refresh(i), n, at) => refresh[i].arrived = Some((n, at)),
+                Ev::Probe(who, n, at) => self.binding(who).arrived = Some((n, at)),
             }
         }
-        let stopped = s.stop.load(std::sync::atomic::Ordering::Relaxed);
-        // Open bindings whose time has come (refresh bindings at the start).
-        if !stopped {
-            for (c, class) in classes.iter_mut().enumerate() {
-                for i in 0..class.bindings.len() {
-                    let due = class.ladder.slots[i].state == SlotState::Pending
-                        && class.ladder.open_at(i) <= now;
-                    if due && !class.bindings[i].opening {
-                        class.bindings[i].opening = true;
-                        let spec = OpenSpec {
-                            server: s.server,
-                            session: s.session,
-                            tag: class.tag(i),
-                            who: Who::Class(c, i),
-                            warm_exchanges: if class.class == UdpClass::Stream {
-                                2
-                            } else {
-                                0
-                            },
-                            answer_probes: class.class == UdpClass::Stream,
-                            grace: s.grace,
-                            start: s.start,
-                        };
-                        spawn_open(spec, tx.clone(), sock_tx.clone());
-                    }
-                }
-            }
-            for (i, b) in refresh.iter_mut().enumerate() {
-                if !b.opening {
-                    b.opening = true;
-                    let spec = OpenSpec {
-                        server: s.server,
-                        session: s.session,
-                        tag: REFRESH_TAG_BASE + i as u32,
-                        who: Who::Refresh(i),
-                        warm_exchanges: 0,
-                        answer_probes: false,
-                        grace: s.grace,
-                        start: s.start,
-                    };
-                    spawn_open(spec, tx.clone(), sock_tx.clone());
+    }
+
+    fn spec(&self, tag: u32, who: Who, class: Option<UdpClass>) -> OpenSpec {
+        OpenSpec {
+            server: self.s.server,
+            session: self.s.session,
+            tag,
+            who,
+            warm_exchanges: if class == Some(UdpClass::Stream) {
+                2
+            } else {
+                0
+            },
+            answer_probes: class == Some(UdpClass::Stream),
+            grace: self.s.grace,
+            start: self.s.start,
+        }
+    }
+
+    /// Open the ladder bindings whose time has come, and the refresh bindings at the start.
+    fn open_due(&mut self, now: Duration) {
+        let mut open = Vec::new();
+        for (c, class) in self.classes.iter().enumerate() {
+            for i in 0..class.bindings.len() {
+                let due = class.ladder.slots[i].state == SlotState::Pending
+                    && class.ladder.open_at(i) <= now;
+                if due && !class.bindings[i].opening {
+                    open.push((class.tag(i), Who::Class(c, i), Some(class.class)));
                 }
             }
         }
-        if !refresh_started && refresh.iter().all(|b| b.opened_at.is_some()) {
-            refresh_started = true;
-            let tags = (0..REFRESH_BINDINGS)
-                .map(|i| REFRESH_TAG_BASE + i as u32)
-                .collect();
-            let _ = (s.request)(ControlRequest::UdpRefresh {
-                tags,
-                interval_ms: to_ms(s.refresh_interval),
-            })
-            .await;
+        for (i, b) in self.refresh.iter().enumerate() {
+            if !b.opening {
+                open.push((REFRESH_TAG_BASE + i as u32, Who::Refresh(i), None));
+            }
         }
-        // Judge tests.
-        let (confirmed, outages) = (s.health)();
+        for (tag, who, class) in open {
+            self.binding(who).opening = true;
+            spawn_open(
+                self.spec(tag, who, class),
+                self.tx.clone(),
+                self.sock_tx.clone(),
+            );
+        }
+    }
+
+    /// Once both refresh bindings are open, ask the server for its inbound-only traffic.
+    async fn start_refresh(&mut self) {
+        if self.refresh_started || self.refresh.iter().any(|b| b.opened_at.is_none()) {
+            return;
+        }
+        self.refresh_started = true;
+        let tags = (0..REFRESH_BINDINGS)
+            .map(|i| REFRESH_TAG_BASE + i as u32)
+            .collect();
+        let _ = (self.s.request)(ControlRequest::UdpRefresh {
+            tags,
+            interval_ms: to_ms(self.s.refresh_interval),
+        })
+        .await;
+    }
+
+    /// Judge tests whose window has passed and been confirmed by a later heartbeat.
+    fn judge(&mut self, now: Duration) {
+        let (confirmed, outages) = (self.s.health)();
+        let heartbeat = self.s.heartbeat;
         let judge = |b: &mut Binding| -> Option<(Pending, TestResult, &'static str)> {
             let p = b.pending?;
             if now < p.deadline {
@@ -450,8 +516,8 @@ pub(crate) async fn run_udp(s: UdpSetup) -> UdpReport {
             }
             let overlap = outages
                 .iter()
-                .any(|&(st, e)| st <= p.deadline && e >= p.fired.saturating_sub(s.heartbeat));
-            if !overlap && confirmed < p.deadline && now < p.deadline + s.heartbeat * 8 {
+                .any(|&(st, e)| st <= p.deadline && e >= p.fired.saturating_sub(heartbeat));
+            if !overlap && confirmed < p.deadline && now < p.deadline + heartbeat * 8 {
                 return None;
             }
             b.pending = None;
@@ -466,7 +532,7 @@ pub(crate) async fn run_udp(s: UdpSetup) -> UdpReport {
                 (p, TestResult::Dead { idle: p.idle }, "dead")
             })
         };
-        for class in classes.iter_mut() {
+        for class in self.classes.iter_mut() {
             for i in 0..class.bindings.len() {
                 let Some((p, result, outcome)) = judge(&mut class.bindings[i]) else {
                     continue;
@@ -476,7 +542,7 @@ pub(crate) async fn run_udp(s: UdpSetup) -> UdpReport {
                     // The probe moved a surviving binding into the stream class: never reused.
                     class.ladder.slots[i].state = SlotState::Gone;
                 }
-                tests.push(UdpTest {
+                self.tests.push(UdpTest {
                     tag: class.tag(i),
                     class: Some(class.class),
                     fired_s: p.fired.as_secs_f64(),
@@ -486,17 +552,17 @@ pub(crate) async fn run_udp(s: UdpSetup) -> UdpReport {
                 });
             }
         }
-        for (i, b) in refresh.iter_mut().enumerate() {
+        for (i, b) in self.refresh.iter_mut().enumerate() {
             let Some((p, result, outcome)) = judge(b) else {
                 continue;
             };
-            let r = refresh_done.get_or_insert((0, 0));
+            let r = self.refresh_done.get_or_insert((0, 0));
             match result {
                 TestResult::Alive { .. } => r.0 += 1,
                 TestResult::Dead { .. } => r.1 += 1,
                 TestResult::Lost => {}
             }
-            tests.push(UdpTest {
+            self.tests.push(UdpTest {
                 tag: REFRESH_TAG_BASE + i as u32,
                 class: None,
                 fired_s: p.fired.as_secs_f64(),
@@ -505,101 +571,106 @@ pub(crate) async fn run_udp(s: UdpSetup) -> UdpReport {
                 inbound_refresh: true,
             });
         }
-        // Fire due tests; the refresh bindings once the ladders are done and their silence is
-        // longer than every timeout found.
-        let mut fire: Vec<(Who, u32)> = Vec::new();
-        if !stopped && now <= s.hard_end {
-            for (c, class) in classes.iter_mut().enumerate() {
-                for i in class.ladder.due(now) {
-                    fire.push((Who::Class(c, i), class.tag(i)));
-                }
+    }
+
+    /// The ladders' due tests.
+    fn due_tests(&mut self, now: Duration) -> Vec<(Who, u32)> {
+        let mut fire = Vec::new();
+        for (c, class) in self.classes.iter_mut().enumerate() {
+            for i in class.ladder.due(now) {
+                fire.push((Who::Class(c, i), class.tag(i)));
             }
         }
-        let ladders_done = classes.iter().all(|c| c.ladder.finished(now));
-        let longest = classes.iter().filter_map(|c| c.ladder.upper).max();
-        if ladders_done && !refresh_fired && !stopped {
-            match longest {
-                None => refresh_fired = true,
-                Some(t) => {
-                    let old_enough = refresh
-                        .iter()
-                        .filter_map(|b| b.opened_at)
-                        .all(|at| now.saturating_sub(at) > t + s.plan.resolution);
-                    if old_enough {
-                        refresh_fired = true;
-                        for (i, b) in refresh.iter().enumerate() {
-                            if b.opened_at.is_some() {
-                                fire.push((Who::Refresh(i), REFRESH_TAG_BASE + i as u32));
-                            }
-                        }
-                    }
+        fire
+    }
+
+    /// The refresh bindings, once the ladders are done and their silence is longer than every
+    /// timeout found (nothing to outlive when no binding timed out).
+    fn refresh_tests(&mut self, now: Duration) -> Vec<(Who, u32)> {
+        if self.refresh_fired || !self.classes.iter().all(|c| c.ladder.finished(now)) {
+            return Vec::new();
+        }
+        let Some(longest) = self.classes.iter().filter_map(|c| c.ladder.upper).max() else {
+            self.refresh_fired = true;
+            return Vec::new();
+        };
+        let old_enough = self
+            .refresh
+            .iter()
+            .filter_map(|b| b.opened_at)
+            .all(|at| now.saturating_sub(at) > longest + self.s.plan.resolution);
+        if !old_enough {
+            return Vec::new();
+        }
+        self.refresh_fired = true;
+        (0..REFRESH_BINDINGS)
+            .filter(|&i| self.refresh[i].opened_at.is_some())
+            .map(|i| (Who::Refresh(i), REFRESH_TAG_BASE + i as u32))
+            .collect()
+    }
+
+    /// One fire request; what the server did not send is lost.
+    async fn fire(&mut self, fire: Vec<(Who, u32)>) {
+        if fire.is_empty() {
+            return;
+        }
+        self.nonce += 1;
+        let nonce = self.nonce;
+        let tags: Vec<u32> = fire.iter().map(|&(_, t)| t).collect();
+        let reply = (self.s.request)(ControlRequest::FireUdp { tags, nonce }).await;
+        let now = self.s.start.elapsed();
+        let fired: HashMap<u32, crate::proto::Fired> = match reply {
+            Ok(ControlReply::Fired { fired }) => fired.into_iter().map(|f| (f.tag, f)).collect(),
+            _ => HashMap::new(),
+        };
+        let grace = self.s.grace;
+        for (who, tag) in fire {
+            match (fired.get(&tag).filter(|f| f.sent), who) {
+                (Some(f), _) => {
+                    self.binding(who).pending = Some(Pending {
+                        fired: now,
+                        deadline: now + grace,
+                        nonce,
+                        idle: f.idle_ms.map(ms).unwrap_or_default(),
+                    });
                 }
+                (None, Who::Class(c, i)) => self.classes[c].ladder.record(i, TestResult::Lost, now),
+                (None, Who::Refresh(_)) => {}
             }
         }
-        if !fire.is_empty() {
-            nonce += 1;
-            let tags: Vec<u32> = fire.iter().map(|&(_, t)| t).collect();
-            let reply = (s.request)(ControlRequest::FireUdp { tags, nonce }).await;
-            let now = s.start.elapsed();
-            let fired: HashMap<u32, crate::proto::Fired> = match reply {
-                Ok(ControlReply::Fired { fired }) => {
-                    fired.into_iter().map(|f| (f.tag, f)).collect()
-                }
-                _ => HashMap::new(),
-            };
-            for (who, tag) in fire {
-                let sent = fired.get(&tag).filter(|f| f.sent);
-                let b = match who {
-                    Who::Class(c, i) => &mut classes[c].bindings[i],
-                    Who::Refresh(i) => &mut refresh[i],
-                };
-                match (sent, who) {
-                    (Some(f), _) => {
-                        b.pending = Some(Pending {
-                            fired: now,
-                            deadline: now + s.grace,
-                            nonce,
-                            idle: f.idle_ms.map(ms).unwrap_or_default(),
-                        });
-                    }
-                    (None, Who::Class(c, i)) => classes[c].ladder.record(i, TestResult::Lost, now),
-                    (None, Who::Refresh(_)) => {}
-                }
-            }
-        }
-        let busy = classes
+    }
+
+    /// Both ladders finished, the refresh test done, nothing in flight.
+    fn complete(&self, now: Duration) -> bool {
+        let busy = self
+            .classes
             .iter()
             .flat_map(|c| c.bindings.iter())
-            .chain(refresh.iter())
+            .chain(self.refresh.iter())
             .any(|b| b.pending.is_some());
-        let complete = ladders_done && refresh_fired && !busy;
-        if complete || stopped || now > s.hard_end {
-            break !complete;
+        self.classes.iter().all(|c| c.ladder.finished(now)) && self.refresh_fired && !busy
+    }
+
+    fn report(self, stopped_early: bool) -> UdpReport {
+        let now = self.s.start.elapsed();
+        let inbound_refresh_not_run = match (self.refresh_done, self.refresh_fired) {
+            (Some(_), _) => None,
+            (None, true) if self.classes.iter().all(|c| c.ladder.upper.is_none()) => {
+                Some("no UDP binding timed out, so there was nothing to outlive".to_string())
+            }
+            _ if self.refresh.iter().any(|b| b.opened_at.is_none()) => {
+                Some("the refresh bindings did not open".to_string())
+            }
+            _ => Some("the run ended before their silence exceeded the timeout found".to_string()),
+        };
+        UdpReport {
+            single_exchange: self.classes[0].report(&self.tests, stopped_early, now),
+            stream: self.classes[1].report(&self.tests, stopped_early, now),
+            inbound_refresh: self.refresh_done,
+            inbound_refresh_not_run,
+            refresh_interval: self.s.refresh_interval,
+            tests: self.tests,
         }
-        tokio::time::sleep(tick).await;
-    };
-    let now = s.start.elapsed();
-    let inbound_refresh_not_run = match (refresh_done, refresh_fired) {
-        (Some(_), _) => None,
-        (None, true) if classes.iter().all(|c| c.ladder.upper.is_none()) => {
-            Some("no UDP binding timed out, so there was nothing to outlive".to_string())
-        }
-        _ if refresh.iter().any(|b| b.opened_at.is_none()) => {
-            Some("the refresh bindings did not open".to_string())
-        }
-        _ => Some("the run ended before their silence exceeded the timeout found".to_string()),
-    };
-    let single = classes[0].report(&tests, stopped_early, now);
-    let stream = classes[1].report(&tests, stopped_early, now);
-    drop(classes);
-    drop(refresh);
-    UdpReport {
-        single_exchange: single,
-        stream,
-        inbound_refresh: refresh_done,
-        inbound_refresh_not_run,
-        refresh_interval: s.refresh_interval,
-        tests,
     }
 }
 
