@@ -3,7 +3,7 @@
 //! tallies to [`crate::analysis`] and [`crate::verdict`].
 
 use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -92,10 +92,7 @@ async fn ask(conn: &mut FramedConn, req: &Request) -> Result<Reply, MtuError> {
 }
 
 fn unspecified_like(addr: &SocketAddr) -> SocketAddr {
-    match addr {
-        SocketAddr::V4(_) => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
-        SocketAddr::V6(_) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
-    }
+    pathdoc_sys::source::udp_bind_addr(addr)
 }
 
 /// Ids of server→client probes that arrived on the client's receive socket.
@@ -568,7 +565,7 @@ async fn mss_check(
         return Err(MtuError::Unexpected("expected mss-listening".into()));
     };
     let addr = SocketAddr::new(server.ip(), port);
-    let stream = tokio::time::timeout(Duration::from_secs(3), tokio::net::TcpStream::connect(addr))
+    let stream = tokio::time::timeout(Duration::from_secs(3), pathdoc_proto::tcp_connect(addr))
         .await
         .map_err(|_| MtuError::Server(format!("connect to the MSS listener {addr} timed out")))??;
     let info = pathdoc_sys::tcp_info::tcp_info(&stream)?;
@@ -615,6 +612,7 @@ async fn connect_with_mss(
         if let Some(m) = mss {
             s.set_mss(m)?;
         }
+        pathdoc_sys::source::bind_tcp(&s, &server)?;
         s.connect_timeout(&server.into(), timeout)?;
         s.set_nonblocking(true)?;
         Ok(s.into())

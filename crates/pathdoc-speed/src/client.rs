@@ -92,6 +92,7 @@ async fn open_data(
     } else {
         tokio::net::TcpSocket::new_v6()?
     };
+    pathdoc_sys::source::bind_tcp(&socket, &server)?;
     if let Some(w) = opts.window {
         // Before connect, so the window scale in our SYN matches the buffer.
         socket.set_recv_buffer_size(w)?;
