@@ -40,6 +40,29 @@ pub struct MtuOptions {
     pub connect_timeout: Duration,
 }
 
+impl MtuOptions {
+    /// The limits the server enforces, checked before any network work.
+    pub fn validate(&self) -> Result<(), MtuError> {
+        if self.min_size < MIN_PROBE_SIZE
+            || self.max_size > MAX_PROBE_SIZE
+            || self.min_size > self.max_size
+        {
+            return Err(MtuError::Options(format!(
+                "probe sizes must satisfy {MIN_PROBE_SIZE} ≤ min ≤ max ≤ {MAX_PROBE_SIZE}"
+            )));
+        }
+        if self.attempts == 0
+            || self.attempts > MAX_ATTEMPTS
+            || self.wait.as_millis() > u128::from(MAX_WAIT_MS)
+        {
+            return Err(MtuError::Options(format!(
+                "attempts must be 1..={MAX_ATTEMPTS} and the wait at most {MAX_WAIT_MS} ms"
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl Default for MtuOptions {
     fn default() -> Self {
         MtuOptions {
@@ -163,22 +186,7 @@ pub async fn run_check(
     progress: &dyn Progress,
     _cancel: &CancellationToken,
 ) -> Result<MtuResult, MtuError> {
-    if opts.min_size < MIN_PROBE_SIZE
-        || opts.max_size > MAX_PROBE_SIZE
-        || opts.min_size > opts.max_size
-    {
-        return Err(MtuError::Options(format!(
-            "probe sizes must satisfy {MIN_PROBE_SIZE} ≤ min ≤ max ≤ {MAX_PROBE_SIZE}"
-        )));
-    }
-    if opts.attempts == 0
-        || opts.attempts > MAX_ATTEMPTS
-        || opts.wait.as_millis() > u128::from(MAX_WAIT_MS)
-    {
-        return Err(MtuError::Options(format!(
-            "attempts must be 1..={MAX_ATTEMPTS} and the wait at most {MAX_WAIT_MS} ms"
-        )));
-    }
+    opts.validate()?;
     progress.status("mtu: connecting");
     // The control connection must cross the very black hole it diagnoses: a small MSS in our SYN
     // keeps the server's replies in small segments (RFC 879's 536 fits any IPv4 or IPv6 path).

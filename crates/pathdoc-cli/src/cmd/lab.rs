@@ -11,7 +11,19 @@ use pathdoc_lab::demo::{self, DemoStep};
 use pathdoc_lab::{state, Lab, LabOptions, LabState, Teardown, Topology, SCHEMA};
 use serde_json::json;
 
+use crate::error::{CliError, ErrorKind};
 use crate::Global;
+
+pub const EXAMPLES: &str = "Examples:
+  pathdoc lab list                                    # the scenarios and the story each reproduces
+  pathdoc lab up --scenario pmtu-blackhole --name bh  # build one and leave it running
+  pathdoc lab exec bh client -- ping -c 3 10.0.2.2    # run a command in one of its hosts
+  pathdoc lab status                                  # what is running
+  pathdoc lab down bh                                 # remove it
+  pathdoc lab demo --only modem-idle                  # show a fault and pathdoc's diagnosis
+
+Labs are network namespaces named <prefix><lab>-<host>; --prefix (or PATHDOC_LAB_PREFIX) keeps
+several users' labs apart. Needs root.";
 
 #[derive(Args, Debug)]
 pub struct LabArgs {
@@ -85,8 +97,24 @@ struct DemoArgs {
     only: Vec<String>,
 }
 
+impl LabArgs {
+    /// `up`, `down`, … for messages and the error document.
+    pub fn subcommand_name(&self) -> &'static str {
+        match self.command {
+            LabCommand::Up(_) => "up",
+            LabCommand::Down(_) => "down",
+            LabCommand::Status(_) => "status",
+            LabCommand::List => "list",
+            LabCommand::Exec(_) => "exec",
+            LabCommand::Demo(_) => "demo",
+            LabCommand::DelayLine(_) => "delay-line",
+        }
+    }
+}
+
 pub fn run(args: LabArgs, global: Global) -> anyhow::Result<i32> {
-    match args.command {
+    let prefix = args.prefix.clone();
+    let result = match args.command {
         LabCommand::Up(a) => up(a, &args.prefix, global),
         LabCommand::Down(a) => down(a, &args.prefix, global),
         LabCommand::Status(a) => status(a, &args.prefix, global),
@@ -94,7 +122,36 @@ pub fn run(args: LabArgs, global: Global) -> anyhow::Result<i32> {
         LabCommand::Exec(a) => exec(a, &args.prefix),
         LabCommand::Demo(a) => run_demo(a, &args.prefix, global),
         LabCommand::DelayLine(a) => super::lab_delay_line::run(a),
-    }
+    };
+    result.map_err(|e| with_prefix_hint(e, &prefix))
+}
+
+/// The lab crate's messages about a lab by name, restated with the prefix in use: a hint without
+/// it would act on other users' labs (or the default prefix's) when copied.
+fn with_prefix_hint(err: anyhow::Error, prefix: &str) -> anyhow::Error {
+    let Some(lab_err) = err
+        .chain()
+        .find_map(|c| c.downcast_ref::<pathdoc_lab::LabError>())
+    else {
+        return err;
+    };
+    let status = format!("pathdoc lab status --prefix {prefix}");
+    let cli = match lab_err {
+        pathdoc_lab::LabError::NoSuchLab(name) => CliError::new(
+            ErrorKind::Lab,
+            format!("no lab named `{name}` with prefix `{prefix}`"),
+        )
+        .hint(format!("see `{status}`")),
+        pathdoc_lab::LabError::NameTaken(name) => CliError::new(
+            ErrorKind::Lab,
+            format!("a lab named `{name}` already exists with prefix `{prefix}`"),
+        )
+        .hint(format!(
+            "see `{status}`; remove it with `pathdoc lab down {name} --prefix {prefix}`"
+        )),
+        _ => return err,
+    };
+    cli.into()
 }
 
 fn load_topology(scenario: Option<&str>, file: Option<&PathBuf>) -> anyhow::Result<Topology> {
@@ -180,11 +237,8 @@ fn render_lab(st: &LabState, usage: bool) -> String {
             .find(|h| h.name == "server")
             .map(|h| h.addr.to_string())
             .unwrap_or_default();
-        let flag = if st.prefix == pathdoc_lab::lab::DEFAULT_PREFIX {
-            String::new()
-        } else {
-            format!(" --prefix {}", st.prefix)
-        };
+        // Always spelled out: PATHDOC_LAB_PREFIX may differ in the shell the hint is pasted in.
+        let flag = format!(" --prefix {}", st.prefix);
         s.push_str("use it:\n");
         s.push_str(&format!(
             "  pathdoc lab exec {}{flag} client -- ping -c 3 {server}\n",
@@ -283,12 +337,15 @@ fn status(a: StatusArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
                 );
             }
             if !l.is_complete() {
-                println!("  ! some namespaces of {} are gone; remove the rest with `pathdoc lab down {}`", l.name, l.name);
+                println!(
+                    "  ! some namespaces of {} are gone; remove the rest with `pathdoc lab down {} --prefix {prefix}`",
+                    l.name, l.name
+                );
             }
         }
         if !orphans.is_empty() {
             println!(
-                "orphan namespaces (no state file): {}; remove with `pathdoc lab down --all`",
+                "orphan namespaces (no state file): {}; `pathdoc lab down --all --prefix {prefix}` removes them and every other lab with prefix {prefix}",
                 orphans.join(", ")
             );
         }
@@ -301,7 +358,8 @@ fn list(global: Global) -> anyhow::Result<i32> {
     if global.json {
         let docs: Vec<_> = scenarios
             .iter()
-            .map(|s| json!({"name": s.name, "summary": s.summary, "seed": s.seed}))
+            // `seed` is the old name of `story`, kept for scripts written against pathdoc.lab/1.
+            .map(|s| json!({"name": s.name, "summary": s.summary, "story": s.seed, "seed": s.seed}))
             .collect();
         println!(
             "{}",
