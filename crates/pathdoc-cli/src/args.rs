@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use pathdoc_core::units::{format_bytes, format_duration, parse_duration};
+use pathdoc_core::units::{format_bytes, parse_duration};
 
 /// A duration flag within `[min, max]`.
 pub fn duration(
@@ -48,13 +48,19 @@ pub fn seconds_or_duration(
 
 fn within(d: Duration, min: Duration, max: Duration) -> Result<Duration, String> {
     if d < min || d > max {
-        return Err(format!(
-            "must be between {} and {}",
-            format_duration(min),
-            format_duration(max)
-        ));
+        return Err(format!("must be between {} and {}", bound(min), bound(max)));
     }
     Ok(d)
+}
+
+/// A round limit as it is typed: `200ms`, `1s`, `60s`, `24h` (not `1.00 s`).
+fn bound(d: Duration) -> String {
+    let ms = d.as_millis();
+    match ms {
+        _ if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        _ if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        _ => format!("{ms}ms"),
+    }
 }
 
 /// Parse a byte count with an optional SI (kB, MB, GB) or IEC (KiB, MiB, GiB) suffix.
@@ -141,6 +147,11 @@ mod tests {
         for bad in ["0", "99999999999999999999", "-1", "1e3", "2h", "", "."] {
             assert!(t(bad).is_err(), "{bad}");
         }
+        assert_eq!(
+            d("25h").unwrap_err(),
+            "must be between 200ms and 24h",
+            "limits are shown as they are typed"
+        );
         let z = duration_or_zero(ms(100), secs(5));
         assert_eq!(z("0s").unwrap(), Duration::ZERO);
         assert!(z("10s").is_err());
