@@ -57,8 +57,8 @@ fn within(d: Duration, min: Duration, max: Duration) -> Result<Duration, String>
 fn bound(d: Duration) -> String {
     let ms = d.as_millis();
     match ms {
-        _ if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
-        _ if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        _ if ms.is_multiple_of(3_600_000) => format!("{}h", ms / 3_600_000),
+        _ if ms.is_multiple_of(1000) => format!("{}s", ms / 1000),
         _ => format!("{ms}ms"),
     }
 }
