@@ -212,7 +212,10 @@ fn cli_list_and_bad_input() {
     );
     let (_, out, _) = pathdoc(&["lab", "list"]);
     // The story in words, not an internal reference number.
-    assert!(out.contains("Deutsche Telekom") && !out.contains("seed"), "{out}");
+    assert!(
+        out.contains("Deutsche Telekom") && !out.contains("seed"),
+        "{out}"
+    );
 
     let (code, _, err) = pathdoc(&["lab", "up", "--scenario", "nope", "--prefix", "pdt-bad-"]);
     assert_eq!(code, 2);
