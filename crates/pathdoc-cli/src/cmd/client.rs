@@ -137,11 +137,12 @@ pub async fn reach(
                 .as_ref()
                 .map(|w| format!(" ({})", w.server_version))
                 .unwrap_or_default();
-            progress.note(&format!(
-                "connected to {} at {}{version}",
-                plan.shown(),
-                r.addr
-            ));
+            let at = if r.addr.to_string() == plan.shown() {
+                String::new()
+            } else {
+                format!(" at {}", r.addr)
+            };
+            progress.note(&format!("connected to {}{at}{version}", plan.shown()));
             Ok(Some(r))
         }
         Err(e) => Err(crate::error::from_preflight(

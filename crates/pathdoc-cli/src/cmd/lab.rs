@@ -244,6 +244,14 @@ fn render_lab(st: &LabState, usage: bool) -> String {
             "  pathdoc lab exec {}{flag} client -- ping -c 3 {server}\n",
             st.name
         ));
+        s.push_str(&format!(
+            "  pathdoc lab exec {}{flag} server -- pathdoc server      # in a second terminal\n",
+            st.name
+        ));
+        s.push_str(&format!(
+            "  pathdoc lab exec {}{flag} client -- pathdoc check {server}\n",
+            st.name
+        ));
         if let Some(c) = st.hosts.first() {
             s.push_str(&format!("  ip netns exec {} bash\n", c.netns));
         }
