@@ -95,3 +95,33 @@ fn version_names_the_commit() {
     assert!(v.starts_with("pathdoc 0."), "{v}");
     assert!(v.contains("(commit "), "{v}");
 }
+
+/// The subcommand names listed under "Commands:" in a help text (without `help`).
+fn commands_in(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn every_command_has_examples_in_its_help() {
+    let top = commands_in(&stdout_of(&["--help"]));
+    assert!(top.len() >= 5, "{top:?}");
+    let mut paths: Vec<Vec<String>> = top.iter().map(|c| vec![c.clone()]).collect();
+    for sub in commands_in(&stdout_of(&["lab", "--help"])) {
+        paths.push(vec!["lab".into(), sub]);
+    }
+    for path in paths {
+        let args: Vec<&str> = path.iter().map(String::as_str).chain(["--help"]).collect();
+        let help = stdout_of(&args);
+        assert!(
+            help.contains("Examples:\n  pathdoc "),
+            "no examples in {path:?}:\n{help}"
+        );
+    }
+}

@@ -1,4 +1,4 @@
-//! Ctrl-C (SIGINT) during long runs keeps what was measured: a partial report with
+//! Ctrl-C (SIGINT) or SIGTERM during long runs keeps what was measured: a partial report with
 //! `interrupted: true`, exit 130, and nothing left behind — on loopback for the throughput check
 //! and `pathdoc speed`, and in a lab for the idle check (scaled down through the same flags users
 //! run). Also: a piped run reports progress as plain status lines.
@@ -54,7 +54,12 @@ struct Interrupted {
 
 /// Start `cmd`, wait until its stderr shows `marker` and then `after` more, send SIGINT, and
 /// collect everything. Panics (after killing it) if it does not exit within 20 s of the signal.
-fn interrupt(mut cmd: Command, marker: &str, after: Duration) -> Interrupted {
+fn interrupt(cmd: Command, marker: &str, after: Duration) -> Interrupted {
+    signal(cmd, marker, after, libc::SIGINT)
+}
+
+/// [`interrupt`] with another signal.
+fn signal(mut cmd: Command, marker: &str, after: Duration, signal: i32) -> Interrupted {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -88,7 +93,7 @@ fn interrupt(mut cmd: Command, marker: &str, after: Duration) -> Interrupted {
         .expect("the run never reached the point to interrupt");
     std::thread::sleep(after);
     // SAFETY: signalling our own child by its pid.
-    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0);
+    assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
     let t0 = Instant::now();
     let status = loop {
         if let Some(s) = child.0.try_wait().unwrap() {
@@ -164,11 +169,16 @@ fn ctrl_c_during_the_throughput_check_prints_a_partial_report() {
 }
 
 #[test]
-fn ctrl_c_during_speed_prints_a_partial_json_report() {
+fn sigterm_during_speed_prints_a_partial_json_report() {
     let (_server, listen) = loopback_server();
     let mut cmd = Command::new(PATHDOC);
     cmd.args(["speed", &listen, "-t", "20", "--json"]);
-    let r = interrupt(cmd, "throughput:", Duration::from_millis(1500));
+    let r = signal(
+        cmd,
+        "throughput:",
+        Duration::from_millis(1500),
+        libc::SIGTERM,
+    );
     let report = partial_report(&r);
     assert_eq!(report["command"], "speed");
     assert!(!support::findings(&report).is_empty(), "{report:#}");

@@ -37,16 +37,32 @@ pub struct LabArgs {
 #[derive(Subcommand, Debug)]
 enum LabCommand {
     /// Build a lab from a built-in scenario or a TOML topology and leave it running.
+    #[command(
+        after_help = "Examples:\n  pathdoc lab up --scenario modem-idle --name home\n  pathdoc lab up --topology examples/topology.toml\n  pathdoc lab up --scenario clean --prefix alice-    # keep apart from other users' labs"
+    )]
     Up(UpArgs),
     /// Remove a lab (namespaces, links, processes, state), or every lab with the prefix.
+    #[command(
+        after_help = "Examples:\n  pathdoc lab down home\n  pathdoc lab down --all --prefix alice-    # every lab (and orphan namespace) of that prefix only"
+    )]
     Down(DownArgs),
     /// Show running labs, or one lab in detail.
+    #[command(after_help = "Examples:\n  pathdoc lab status\n  pathdoc lab status home --json")]
     Status(StatusArgs),
     /// List the built-in scenarios and the failure story each reproduces.
+    #[command(
+        after_help = "Examples:\n  pathdoc lab list\n  pathdoc lab list --json | jq -r '.scenarios[].name'"
+    )]
     List,
     /// Run a command inside one host of a lab.
+    #[command(
+        after_help = "Examples:\n  pathdoc lab exec home client -- ping -c 3 203.0.113.10\n  pathdoc lab exec home server -- pathdoc server\n  pathdoc lab exec home client -- pathdoc check 203.0.113.10 --idle --idle-max 2min"
+    )]
     Exec(ExecArgs),
     /// Bring up each scenario in turn and show its fault with real traffic (about a minute).
+    #[command(
+        after_help = "Examples:\n  pathdoc lab demo\n  pathdoc lab demo --only pmtu-blackhole --only modem-idle"
+    )]
     Demo(DemoArgs),
     #[command(hide = true, name = "delay-line")]
     DelayLine(super::lab_delay_line::DelayLineArgs),
