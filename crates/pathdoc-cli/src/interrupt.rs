@@ -24,7 +24,7 @@ pub fn install(quiet: bool) -> std::io::Result<CancellationToken> {
             _ = term.recv() => "SIGTERM",
         };
         if !quiet {
-            eprintln!(
+            crate::errln!(
                 "\npathdoc: {first}: stopping the checks and keeping what was measured (up to {} s; Ctrl-C again quits at once)",
                 STOP_GRACE.as_secs()
             );
@@ -34,7 +34,7 @@ pub fn install(quiet: bool) -> std::io::Result<CancellationToken> {
             _ = int.recv() => {}
             _ = term.recv() => {}
         }
-        eprintln!("pathdoc: interrupted twice: quitting without a report");
+        crate::errln!("pathdoc: interrupted twice: quitting without a report");
         std::process::exit(pathdoc_core::report::exit::INTERRUPTED);
     });
     Ok(token)

@@ -1,4 +1,35 @@
 //! Rendering reports and errors for humans (default) or as versioned JSON (`--json`).
+//!
+//! Everything the CLI prints goes through `outln!`/`out!`/`errln!`, which ignore write errors:
+//! `pathdoc … | head` closes the pipe early, and that must not turn into a panic (Rust ignores
+//! SIGPIPE, so a plain `println!` would panic on EPIPE).
+
+/// `println!` that ignores a closed stdout.
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `print!` that ignores a closed stdout.
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `eprintln!` that ignores a closed stderr.
+#[macro_export]
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
 
 use std::io::Write;
 
@@ -177,9 +208,9 @@ pub fn print_error(err: &CliError, command: &str, global: Global) {
         let _ = serde_json::to_writer_pretty(&mut out, &doc);
         let _ = writeln!(out);
     } else {
-        eprintln!("pathdoc: error: {}", err.message);
+        errln!("pathdoc: error: {}", err.message);
         if let Some(hint) = &err.hint {
-            eprintln!("pathdoc: hint: {hint}");
+            errln!("pathdoc: hint: {hint}");
         }
     }
 }

@@ -81,7 +81,7 @@ impl Plain {
         } else {
             format!("{:02}:{:02}", secs / 60, secs % 60)
         };
-        eprintln!("[{stamp}] {message}");
+        crate::errln!("[{stamp}] {message}");
     }
 }
 

@@ -373,3 +373,31 @@ fn one_check_that_could_not_run_beside_a_result_is_inconclusive() {
     assert!(t.contains("could not run: throughput"), "{t}");
     assert!(t.contains("[PASS ] mtu"), "{t}");
 }
+
+#[test]
+fn closed_pipes_are_not_a_panic() {
+    // `pathdoc … | head -1` closes the pipe early; Rust ignores SIGPIPE, so every write after
+    // that fails with EPIPE and must be ignored rather than panic (exit 101).
+    let dead = format!("127.0.0.1:{}", free_loopback_port());
+    for args in [
+        &["check", dead.as_str(), "--mtu"][..],
+        &["lab", "list"],
+        &["check", "localhost", "--idle-max", "0s"],
+        &["man"],
+    ] {
+        let mut child = Command::new(PATHDOC)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        drop(child.stderr.take());
+        let status = child.wait().unwrap();
+        assert_ne!(
+            status.code(),
+            Some(101),
+            "{args:?} panicked on a closed pipe"
+        );
+    }
+}

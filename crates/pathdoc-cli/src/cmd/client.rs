@@ -32,7 +32,12 @@ pub struct ServerTarget {
     #[arg(long, short = 'B', value_name = "ADDR")]
     pub bind: Option<IpAddr>,
     /// Shared secret, if the server requires one.
-    #[arg(long, value_name = "TOKEN", env = "PATHDOC_AUTH_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "PATHDOC_AUTH_TOKEN",
+        hide_env_values = true
+    )]
     pub auth_token: Option<String>,
 }
 

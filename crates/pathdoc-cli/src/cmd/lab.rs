@@ -192,12 +192,12 @@ fn up(a: UpArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
     let lab = Lab::up(&topo, &opts)?;
     let st = lab.persist();
     if global.json {
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(&json!({"schema": SCHEMA, "command": "up", "lab": st}))?
         );
     } else {
-        print!("{}", render_lab(&st, true));
+        crate::out!("{}", render_lab(&st, true));
     }
     Ok(0)
 }
@@ -305,14 +305,14 @@ fn down(a: DownArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
         (state::destroy(&st)?, format!("lab {name}"))
     };
     if global.json {
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(
                 &json!({"schema": SCHEMA, "command": "down", "removed": td})
             )?
         );
     } else {
-        print!("{what}: {}", render_teardown(&td));
+        crate::out!("{what}: {}", render_teardown(&td));
     }
     Ok(0)
 }
@@ -332,7 +332,7 @@ fn status(a: StatusArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
             .iter()
             .map(|l| json!({"lab": l, "complete": l.is_complete(), "live_pids": l.live_processes().iter().map(|p| p.pid).collect::<Vec<_>>()}))
             .collect();
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(
                 &json!({"schema": SCHEMA, "command": "status", "labs": docs, "orphan_namespaces": orphans})
@@ -340,11 +340,11 @@ fn status(a: StatusArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
         );
     } else {
         if labs.is_empty() {
-            println!("no labs with prefix {prefix}");
+            crate::outln!("no labs with prefix {prefix}");
         }
         for l in &labs {
             if a.name.is_some() {
-                print!("{}", render_lab(l, true));
+                crate::out!("{}", render_lab(l, true));
             } else {
                 let what = l.scenario.clone().unwrap_or_else(|| "custom".into());
                 let server = l
@@ -353,7 +353,7 @@ fn status(a: StatusArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
                     .find(|h| h.name == "server")
                     .map(|h| h.addr.to_string())
                     .unwrap_or_default();
-                println!(
+                crate::outln!(
                     "{:<10} {:<18} {} hosts, server {server}",
                     l.name,
                     what,
@@ -361,14 +361,14 @@ fn status(a: StatusArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
                 );
             }
             if !l.is_complete() {
-                println!(
+                crate::outln!(
                     "  ! some namespaces of {} are gone; remove the rest with `pathdoc lab down {} --prefix {prefix}`",
                     l.name, l.name
                 );
             }
         }
         if !orphans.is_empty() {
-            println!(
+            crate::outln!(
                 "orphan namespaces (no state file): {}; `pathdoc lab down --all --prefix {prefix}` removes them and every other lab with prefix {prefix}",
                 orphans.join(", ")
             );
@@ -385,7 +385,7 @@ fn list(global: Global) -> anyhow::Result<i32> {
             // `seed` is the old name of `story`, kept for scripts written against pathdoc.lab/1.
             .map(|s| json!({"name": s.name, "summary": s.summary, "story": s.seed, "seed": s.seed}))
             .collect();
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(
                 &json!({"schema": SCHEMA, "command": "list", "scenarios": docs})
@@ -393,7 +393,7 @@ fn list(global: Global) -> anyhow::Result<i32> {
         );
     } else {
         for s in scenarios {
-            println!("{:<18} {}\n{:<18} story: {}", s.name, s.summary, "", s.seed);
+            crate::outln!("{:<18} {}\n{:<18} story: {}", s.name, s.summary, "", s.seed);
         }
     }
     Ok(0)
@@ -470,7 +470,7 @@ fn run_demo(a: DemoArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
             }
         }
         let _ = state::destroy_all(&format!("{handler_prefix}demo{}-", std::process::id()));
-        eprintln!("\npathdoc lab demo: interrupted; lab removed");
+        crate::errln!("\npathdoc lab demo: interrupted; lab removed");
         std::process::exit(130);
     })
     .context("installing the Ctrl-C handler")?;
@@ -486,14 +486,14 @@ fn run_demo(a: DemoArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
             Some((prefix.to_string(), name.clone()));
         let mut lines: Vec<String> = Vec::new();
         if !global.json {
-            println!("== {} — {}", step.scenario, step.title);
+            crate::outln!("== {} — {}", step.scenario, step.title);
             if let Some(info) = pathdoc_lab::scenarios::info(step.scenario) {
-                println!("   story: {}", info.seed);
+                crate::outln!("   story: {}", info.seed);
             }
         }
         let mut say = |line: String| {
             if !global.json {
-                println!("   {line}");
+                crate::outln!("   {line}");
             }
             lines.push(line);
         };
@@ -520,20 +520,20 @@ fn run_demo(a: DemoArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
         if let Some(e) = &error {
             failed = true;
             if !global.json {
-                println!("   error: {e}");
+                crate::outln!("   error: {e}");
             }
         }
         results.push(json!({"scenario": step.scenario, "title": step.title, "observations": lines, "error": error}));
     }
     if global.json {
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(
                 &json!({"schema": SCHEMA, "command": "demo", "steps": results})
             )?
         );
     } else {
-        println!("demo finished in {:.0} s", started.elapsed().as_secs_f64());
+        crate::outln!("demo finished in {:.0} s", started.elapsed().as_secs_f64());
     }
     Ok(if failed { 2 } else { 0 })
 }
