@@ -143,6 +143,18 @@ fn resolve(arg: &str, src: &str, at: usize) -> Result<Vec<String>, String> {
     if arg.starts_with('"') && arg.ends_with('"') {
         return Ok(vec![arg.trim_matches('"').to_string()]);
     }
+    // A constant, e.g. `CHECK_FAILED` or `pathdoc_core::report::CHECK_FAILED`.
+    let last = arg.rsplit("::").next().unwrap_or(arg);
+    if !last.is_empty()
+        && last
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+    {
+        return string_consts()
+            .get(last)
+            .map(|v| vec![v.clone()])
+            .ok_or_else(|| format!("no `const {last}: &str = \"…\"` in the workspace"));
+    }
     let ident_ok = arg.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if !ident_ok {
         return Err(format!("the id is computed (`{arg}`): use literal ids"));
@@ -190,6 +202,32 @@ fn resolve(arg: &str, src: &str, at: usize) -> Result<Vec<String>, String> {
         }
     }
     Err(format!("cannot tell which id `{arg}` holds"))
+}
+
+/// `const NAME: &str = "value";` of every workspace crate's sources.
+fn string_consts() -> BTreeMap<String, String> {
+    let mut files = Vec::new();
+    rust_files(&workspace().join("crates"), &mut files);
+    let mut out = BTreeMap::new();
+    for f in files
+        .iter()
+        .filter(|f| f.components().any(|c| c.as_os_str() == "src"))
+    {
+        let src = std::fs::read_to_string(f).unwrap_or_default();
+        for line in src.lines() {
+            let line = line.trim_start().trim_start_matches("pub ");
+            let Some(rest) = line.strip_prefix("const ") else {
+                continue;
+            };
+            let Some((name, value)) = rest.split_once(": &str = \"") else {
+                continue;
+            };
+            if let Some(value) = value.strip_suffix("\";") {
+                out.insert(name.trim().to_string(), value.to_string());
+            }
+        }
+    }
+    out
 }
 
 /// Every id the crate's sources can emit, with where; panics on an id it cannot read.
@@ -327,4 +365,8 @@ fn the_source_reader_sees_through_locals_and_closures() {
         vec!["udp-a-b", "udp-c-d"]
     );
     assert!(resolve("format!(\"{}-rate\", d)", &src, local).is_err());
+    assert_eq!(
+        resolve("pathdoc_core::report::CHECK_FAILED", &src, local).unwrap(),
+        vec!["check-failed"]
+    );
 }

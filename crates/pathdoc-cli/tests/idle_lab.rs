@@ -204,3 +204,57 @@ fn a_session_the_server_ends_is_reported_as_such() {
     assert_eq!(code, 3, "inconclusive: the run could not finish");
     l.down().unwrap();
 }
+
+/// Ctrl-C during `pathdoc check --idle` in a lab: the idle check itself stops its probes, ends
+/// its session and reports what it measured (its own findings, saying they were cut short, not a
+/// bare "interrupted"), the JSON report is printed, exit 130, and nothing is left behind.
+#[test]
+fn sigint_during_the_idle_check_keeps_its_findings_and_leaves_nothing() {
+    let l = ServerLab::up(STEM, "sigint", &nat(true, 30));
+    let server = l.lab.addr("server").to_string();
+    let mut cmd = l.lab.command("client", support::PATHDOC);
+    cmd.args([
+        "--json",
+        "check",
+        &server,
+        "--idle",
+        "--idle-max",
+        "60s",
+        "--idle-resolution",
+        "1s",
+    ])
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().expect("spawn pathdoc check");
+    let pid = child.id();
+    std::thread::sleep(Duration::from_secs(6));
+    // SAFETY: signalling our own child by its pid.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0);
+    let t0 = std::time::Instant::now();
+    let out = child.wait_with_output().expect("wait for pathdoc");
+    let stop = t0.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stdout}{stderr}");
+    assert!(stop < Duration::from_secs(4), "took {stop:?} to stop");
+    let report = support::parse_report(130, &stdout, &stderr);
+    assert_eq!(report["interrupted"], true);
+    assert_eq!(report["data"]["idle"]["interrupted"], true, "{report:#}");
+    let tcp = finding(&report, "tcp-idle-timeout");
+    assert_eq!(tcp["status"], "info", "a 6-s lower bound: {tcp:#}");
+    assert!(
+        tcp["summary"].as_str().unwrap().contains("interrupted"),
+        "{tcp:#}"
+    );
+    assert!(
+        report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["id"] != "check-interrupted" && f["status"] != "fail"),
+        "{report:#}"
+    );
+    l.down().unwrap();
+    support::assert_nothing_left(STEM, "sigint", &[pid]);
+}

@@ -87,7 +87,7 @@ fn every_eta_is_an_upper_bound_and_status_lines_cover_the_run() {
             "`{line}` promised the end by {eta:?}, it came {:?} after the line",
             end - *at
         );
-        assert!(line.starts_with("idle "), "{line}");
+        assert!(line.starts_with("idle: "), "{line}");
     }
     // Status keeps coming through the whole run (a front end prints one every ~30 s from it).
     let first = lines.first().unwrap().0;

@@ -84,13 +84,8 @@ impl IdleConfig {
         }
     }
 
-    /// Heartbeat period: fast enough to notice an outage within the resolution, never slower
-    /// than 15 s.
-    pub fn heartbeat(&self) -> Duration {
-        (self.resolution / 2).clamp(Duration::from_millis(250), Duration::from_secs(5))
-    }
-
-    fn validate(&self) -> Result<(), IdleError> {
+    /// The settings' own consistency, checked before any network work.
+    pub fn validate(&self) -> Result<(), IdleError> {
         if self.resolution < Duration::from_millis(200) || self.horizon < self.resolution * 2 {
             return Err(IdleError::Config(format!(
                 "need resolution ≥ 200 ms and horizon ≥ 2 × resolution (got {:?} and {:?})",
@@ -98,6 +93,12 @@ impl IdleConfig {
             )));
         }
         Ok(())
+    }
+
+    /// Heartbeat period: fast enough to notice an outage within the resolution, never slower
+    /// than 15 s.
+    pub fn heartbeat(&self) -> Duration {
+        (self.resolution / 2).clamp(Duration::from_millis(250), Duration::from_secs(5))
     }
 }
 
@@ -162,7 +163,7 @@ pub async fn run(
             || lock(&health).session_ended.is_some(),
             |eta| {
                 progress.status(&format!(
-                    "idle {}: TCP done, UDP bindings' last tests; done within {}",
+                    "idle: {}, TCP done, UDP bindings' last tests; done within {}",
                     pathdoc_core::units::format_duration(start.elapsed()),
                     pathdoc_core::units::format_duration(eta)
                 ))

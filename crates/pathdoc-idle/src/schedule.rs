@@ -571,7 +571,10 @@ mod tests {
             .unwrap();
         ladder.slots[b].state = SlotState::Testing;
         ladder.record(b, TestResult::Dead { idle: s(120.09) }, s(121.0));
-        assert!(ladder.finished(s(121.0)), "a 5.06-s bracket at 5-s resolution");
+        assert!(
+            ladder.finished(s(121.0)),
+            "a 5.06-s bracket at 5-s resolution"
+        );
         assert!(ladder.due(s(122.0)).is_empty());
     }
 

@@ -206,11 +206,7 @@ async fn open_binding(spec: OpenSpec, tx: mpsc::UnboundedSender<Ev>) -> Option<A
         let _ = tx.send(Ev::OpenFailed(spec.who));
         None
     };
-    let bind = if spec.server.is_ipv4() {
-        "0.0.0.0:0"
-    } else {
-        "[::]:0"
-    };
+    let bind = pathdoc_sys::source::udp_bind_addr(&spec.server);
     let Ok(sock) = UdpSocket::bind(bind).await else {
         return failed();
     };

@@ -254,7 +254,7 @@ impl<'a> TcpRun<'a> {
         };
         let judged: usize = self.groups.iter().map(|g| g.rows.len()).sum();
         format!(
-            "idle {}: {phase}, {judged} tests judged, {known}; done within {}",
+            "idle: {}, {phase}, {judged} tests judged, {known}; done within {}",
             fmt(now),
             fmt(self.eta(now))
         )
