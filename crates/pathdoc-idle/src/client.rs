@@ -277,12 +277,16 @@ impl ControlLink {
 
     /// Tell the server the run is over and let the control task end.
     async fn finish(&mut self) {
-        let _ = tokio::time::timeout(
-            Duration::from_secs(3),
-            request(&self.requests, ControlRequest::Finish),
-        )
-        .await;
-        let _ = tokio::time::timeout(Duration::from_secs(2), &mut self.task).await;
+        // A session the server ended has nothing to finish; the control task only answers
+        // errors then.
+        if lock(&self.health).session_ended.is_none() {
+            let _ = tokio::time::timeout(
+                Duration::from_secs(3),
+                request(&self.requests, ControlRequest::Finish),
+            )
+            .await;
+            let _ = tokio::time::timeout(Duration::from_secs(2), &mut self.task).await;
+        }
         self.task.abort();
     }
 }
