@@ -26,6 +26,9 @@ pub const SCENARIOS: &[ScenarioInfo] = &[
 description = "home NAT, no faults, 5 ms RTT: the false-alarm control"
 [[hop]]
 kind = "nat"
+# Linux's default UDP timeouts (30 s after one exchange, 120 s for streams) are below RFC 4787
+# REQ-5's 2 min / 5 min: a healthy NAT keeps UDP bindings for 5 min.
+conntrack = { udp = 300, udp_stream = 300 }
 [[link]]
 [[link]]
 delay_ms = 2.5
