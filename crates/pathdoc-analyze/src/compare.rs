@@ -1,0 +1,1 @@
+//! Two captures of one path (filled in below).

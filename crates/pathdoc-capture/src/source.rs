@@ -1,0 +1,226 @@
+//! Where capture bytes come from: a file or standard input, gzip-compressed or not (detected from
+//! the first two bytes, not the file name), with a counter of the bytes read so far for progress.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use flate2::read::MultiGzDecoder;
+
+/// Where the input came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputKind {
+    File,
+    Stdin,
+}
+
+/// An opened capture source.
+pub struct Input {
+    /// What the user named (`-` for standard input).
+    pub name: String,
+    pub kind: InputKind,
+    /// True if the bytes are gzip-compressed (offsets in errors are then in the decompressed stream).
+    pub gzip: bool,
+    /// Size of the file on disk (compressed size for gzip), when known.
+    pub size: Option<u64>,
+    /// Bytes read from the file or pipe so far (compressed bytes for gzip).
+    pub consumed: Arc<AtomicU64>,
+    /// The last I/O error the reader hit, kept because the pcap parser only reports "read error".
+    pub last_error: Arc<Mutex<Option<io::Error>>>,
+    pub reader: Box<dyn Read + Send>,
+}
+
+impl std::fmt::Debug for Input {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Input")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("gzip", &self.gzip)
+            .field("size", &self.size)
+            .finish()
+    }
+}
+
+/// Open `name` (`-` is standard input). The file is not read beyond its first two bytes here.
+pub fn open_input(name: &str) -> io::Result<Input> {
+    let (raw, kind, size): (Box<dyn Read + Send>, InputKind, Option<u64>) = if name == "-" {
+        (Box::new(io::stdin()), InputKind::Stdin, None)
+    } else {
+        let file = File::open(Path::new(name))?;
+        let meta = file.metadata()?;
+        if meta.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "is a directory, not a capture file",
+            ));
+        }
+        let size = meta.is_file().then_some(meta.len());
+        (Box::new(file), InputKind::File, size)
+    };
+    Ok(from_reader(name, kind, size, raw))
+}
+
+/// Wrap any reader (tests, in-memory data) the same way as [`open_input`].
+pub fn from_reader(
+    name: &str,
+    kind: InputKind,
+    size: Option<u64>,
+    raw: Box<dyn Read + Send>,
+) -> Input {
+    let consumed = Arc::new(AtomicU64::new(0));
+    let last_error = Arc::new(Mutex::new(None));
+    let counting = Counting {
+        inner: raw,
+        consumed: consumed.clone(),
+    };
+    let peek = Peeked::new(counting);
+    let gzip = peek.starts_with(&[0x1f, 0x8b]);
+    let decoded: Box<dyn Read + Send> = if gzip {
+        Box::new(MultiGzDecoder::new(io::BufReader::with_capacity(
+            256 * 1024,
+            peek,
+        )))
+    } else {
+        Box::new(peek)
+    };
+    Input {
+        name: name.to_string(),
+        kind,
+        gzip,
+        size,
+        consumed,
+        last_error: last_error.clone(),
+        reader: Box::new(Stashing {
+            inner: decoded,
+            last_error,
+        }),
+    }
+}
+
+/// Counts the bytes read from the underlying file or pipe.
+struct Counting {
+    inner: Box<dyn Read + Send>,
+    consumed: Arc<AtomicU64>,
+}
+
+impl Read for Counting {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.consumed.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// Reads a few bytes ahead (to detect gzip) and hands them out again first.
+struct Peeked<R> {
+    head: [u8; 2],
+    head_len: usize,
+    head_pos: usize,
+    inner: R,
+    error: Option<io::Error>,
+}
+
+impl<R: Read> Peeked<R> {
+    fn new(mut inner: R) -> Self {
+        let mut head = [0u8; 2];
+        let mut head_len = 0;
+        let mut error = None;
+        while head_len < head.len() {
+            match inner.read(&mut head[head_len..]) {
+                Ok(0) => break,
+                Ok(n) => head_len += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    error = Some(e);
+                    break;
+                }
+            }
+        }
+        Peeked {
+            head,
+            head_len,
+            head_pos: 0,
+            inner,
+            error,
+        }
+    }
+
+    fn starts_with(&self, prefix: &[u8]) -> bool {
+        self.head[..self.head_len].starts_with(prefix) && self.head_len >= prefix.len()
+    }
+}
+
+impl<R: Read> Read for Peeked<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.head_pos < self.head_len {
+            let n = (self.head_len - self.head_pos).min(buf.len());
+            buf[..n].copy_from_slice(&self.head[self.head_pos..self.head_pos + n]);
+            self.head_pos += n;
+            return Ok(n);
+        }
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.inner.read(buf)
+    }
+}
+
+/// Retries interrupted reads and remembers the last real error for the caller's message.
+struct Stashing {
+    inner: Box<dyn Read + Send>,
+    last_error: Arc<Mutex<Option<io::Error>>>,
+}
+
+impl Read for Stashing {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.inner.read(buf) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let copy = io::Error::new(e.kind(), e.to_string());
+                    *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(copy);
+                    return Err(e);
+                }
+                ok => return ok,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn detects_gzip_and_passes_plain_bytes_through() {
+        let plain = b"\xd4\xc3\xb2\xa1rest of file".to_vec();
+        let mut input = from_reader("t", InputKind::File, None, Box::new(io::Cursor::new(plain.clone())));
+        assert!(!input.gzip);
+        let mut out = Vec::new();
+        input.reader.read_to_end(&mut out).unwrap();
+        assert_eq!(out, plain);
+
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&plain).unwrap();
+        let compressed = gz.finish().unwrap();
+        let mut input = from_reader("t.gz", InputKind::File, None, Box::new(io::Cursor::new(compressed)));
+        assert!(input.gzip);
+        let mut out = Vec::new();
+        input.reader.read_to_end(&mut out).unwrap();
+        assert_eq!(out, plain);
+    }
+
+    #[test]
+    fn one_byte_and_empty_inputs_are_not_gzip() {
+        for data in [vec![], vec![0x1f]] {
+            let mut input = from_reader("t", InputKind::File, None, Box::new(io::Cursor::new(data.clone())));
+            assert!(!input.gzip);
+            let mut out = Vec::new();
+            input.reader.read_to_end(&mut out).unwrap();
+            assert_eq!(out, data);
+        }
+    }
+}
