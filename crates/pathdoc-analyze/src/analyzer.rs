@@ -99,6 +99,11 @@ pub struct PacketRecord {
     pub dst: Endpoint,
     pub rel_seq: u32,
     pub rel_ack: u32,
+    /// Raw sequence and acknowledgment numbers.
+    pub seq: u32,
+    pub ack: u32,
+    /// IPv4 identification (0 for IPv6).
+    pub ip_id: u16,
     pub seg_len: u32,
     pub tcp_flags: u16,
     pub flags: Flags,
@@ -261,6 +266,9 @@ impl Analyzer {
                     dst,
                     rel_seq: out.rel_seq,
                     rel_ack: out.rel_ack,
+                    seq: tcp.seq,
+                    ack: tcp.ack,
+                    ip_id: d.ip.id,
                     seg_len,
                     tcp_flags: tcp.flags,
                     flags: out.analysis.flags,

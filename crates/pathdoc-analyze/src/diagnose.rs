@@ -318,7 +318,8 @@ fn zero_window(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
     }
     let total = rx.zero_window_s;
     let share = if c.duration_s > 0.0 { total / c.duration_s } else { 0.0 };
-    if total < 0.2 && share < 0.05 {
+    // Brief closures are a fast sender meeting a busy reader; a stall is long or dominant.
+    if rx.longest_zero_window_s < 0.5 && !(share >= 0.25 && total >= 0.5) {
         return;
     }
     let f = finding(

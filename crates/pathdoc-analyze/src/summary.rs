@@ -114,6 +114,10 @@ pub struct ConnSummary {
     pub packets: u64,
     pub syn_seen: bool,
     pub syn_ack_seen: bool,
+    /// Raw first sequence numbers (the ISNs when the handshake was seen): they survive NAT and
+    /// identify the connection in another capture of the same path.
+    pub client_base_seq: u32,
+    pub server_base_seq: u32,
     /// Handshake RTT at the capture point (Wireshark's iRTT).
     pub handshake_rtt_ms: Option<f64>,
     pub client_to_server: DirSummary,
@@ -235,6 +239,8 @@ pub fn summarize(c: &Connection, capture_start_ns: i64) -> ConnSummary {
         packets: c.frames,
         syn_seen: c.saw_syn,
         syn_ack_seen: c.saw_synack,
+        client_base_seq: c.state.flows[client].base_seq,
+        server_base_seq: c.state.flows[server].base_seq,
         handshake_rtt_ms: (c.state.irtt_ns > 0).then(|| ms(c.state.irtt_ns)),
         client_to_server: dir_summary(&c.dirs[client]),
         server_to_client: dir_summary(&c.dirs[server]),

@@ -400,7 +400,7 @@ mod tests {
 
     fn seg(ts_ms: i64, seq: u32, ack: u32, len: u32, flags: u16, window: u16) -> Segment {
         Segment {
-            ts_ns: ts_ms * 1_000_000,
+            ts_ns: (1000 + ts_ms) * 1_000_000,
             seq,
             ack,
             seg_len: len,

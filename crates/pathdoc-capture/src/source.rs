@@ -95,6 +95,7 @@ pub fn from_reader(
         reader: Box::new(Stashing {
             inner: decoded,
             last_error,
+            probed: false,
         }),
     }
 }
@@ -158,6 +159,19 @@ impl<R: Read> Read for Peeked<R> {
             let n = (self.head_len - self.head_pos).min(buf.len());
             buf[..n].copy_from_slice(&self.head[self.head_pos..self.head_pos + n]);
             self.head_pos += n;
+            // Fill the rest of the caller's buffer too: parsers probe the first read only.
+            if n < buf.len() && self.error.is_none() {
+                loop {
+                    match self.inner.read(&mut buf[n..]) {
+                        Ok(m) => return Ok(n + m),
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => {
+                            self.error = Some(e);
+                            return Ok(n);
+                        }
+                    }
+                }
+            }
             return Ok(n);
         }
         if let Some(e) = self.error.take() {
@@ -171,10 +185,30 @@ impl<R: Read> Read for Peeked<R> {
 struct Stashing {
     inner: Box<dyn Read + Send>,
     last_error: Arc<Mutex<Option<io::Error>>>,
+    /// The first read is filled (up to 4 KiB): the format is detected from it alone.
+    probed: bool,
 }
 
 impl Read for Stashing {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if !self.probed {
+            self.probed = true;
+            let want = buf.len().min(4096);
+            let mut got = 0;
+            while got < want {
+                match self.read_once(&mut buf[got..want])? {
+                    0 => break,
+                    n => got += n,
+                }
+            }
+            return Ok(got);
+        }
+        self.read_once(buf)
+    }
+}
+
+impl Stashing {
+    fn read_once(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
             match self.inner.read(buf) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

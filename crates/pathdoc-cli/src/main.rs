@@ -34,6 +34,11 @@ enum Command {
     Check(cmd::check::CheckArgs),
     /// Measure TCP throughput to a pathdoc server and name what limits it.
     Speed(cmd::speed::SpeedArgs),
+    /// Diagnose the TCP connections in a tcpdump/Wireshark capture (or compare two captures of one path).
+    #[command(
+        after_help = "Examples:\n  pathdoc analyze capture.pcap                 # findings per connection worth attention\n  tcpdump -i eth0 -w - | pathdoc analyze -     # live, from standard input\n  pathdoc analyze client.pcap server.pcap      # where packets vanish between two capture points\n  pathdoc analyze capture.pcapng.gz --flags    # Wireshark's tcp.analysis flags per packet (TSV)\n\nExit codes: 0 no problem, 1 problem found, 2 could not run, 3 inconclusive, 130 interrupted."
+    )]
+    Analyze(cmd::analyze::AnalyzeArgs),
 }
 
 /// Options every command shares, handed down to the command modules.
@@ -56,6 +61,7 @@ fn main() {
         Command::Server(args) => cmd::server::run(args, global),
         Command::Check(args) => cmd::check::run(args, global),
         Command::Speed(args) => cmd::speed::run(args, global),
+        Command::Analyze(args) => cmd::analyze::run(args, global),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -1,5 +1,6 @@
 //! One module per subcommand; each turns its arguments into library calls and returns an exit code.
 
+pub mod analyze;
 pub mod check;
 pub mod check_idle;
 pub mod check_mtu;
