@@ -64,11 +64,17 @@ impl Flags {
 }
 
 impl fmt::Display for Flags {
-    /// Comma-separated names, `-` when none.
+    /// Comma-separated names, `-` when none — the `tcp.analysis.*` fields tshark shows: like
+    /// Wireshark's expert items, a fast or spurious retransmission also shows `retransmission`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut first = true;
+        let shown = if self.has(Self::FAST_RETRANSMISSION | Self::SPURIOUS_RETRANSMISSION) {
+            Flags(self.0 | Self::RETRANSMISSION)
+        } else {
+            *self
+        };
         for (bit, name) in Self::NAMES {
-            if self.has(bit) {
+            if shown.has(bit) {
                 if !first {
                     f.write_str(",")?;
                 }

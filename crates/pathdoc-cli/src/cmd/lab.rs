@@ -36,6 +36,8 @@ enum LabCommand {
     Exec(ExecArgs),
     /// Bring up each scenario in turn and show its fault with real traffic (about a minute).
     Demo(DemoArgs),
+    /// Record packets on one interface of a lab host (tcpdump in its namespace) for `pathdoc analyze`.
+    Capture(super::lab_capture::CaptureArgs),
     #[command(hide = true, name = "delay-line")]
     DelayLine(super::lab_delay_line::DelayLineArgs),
 }
@@ -93,6 +95,7 @@ pub fn run(args: LabArgs, global: Global) -> anyhow::Result<i32> {
         LabCommand::List => list(global),
         LabCommand::Exec(a) => exec(a, &args.prefix),
         LabCommand::Demo(a) => run_demo(a, &args.prefix, global),
+        LabCommand::Capture(a) => super::lab_capture::run(a, &args.prefix, global),
         LabCommand::DelayLine(a) => super::lab_delay_line::run(a),
     }
 }

@@ -6,6 +6,7 @@ pub mod check_idle;
 pub mod check_mtu;
 pub mod check_speed;
 pub mod lab;
+pub mod lab_capture;
 pub mod lab_delay_line;
 pub mod lab_demo_checks;
 pub mod server;
