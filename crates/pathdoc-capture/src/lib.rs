@@ -15,6 +15,7 @@
 pub mod decode;
 pub mod reader;
 pub mod source;
+pub mod write;
 
 pub use decode::{decode, Decoded, IcmpInfo, IcmpKind, IpInfo, Quoted, TcpInfo, TcpOptions, L4};
 pub use reader::{CaptureError, CaptureFormat, CaptureReader, LinkType, Packet};

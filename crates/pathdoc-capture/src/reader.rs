@@ -146,6 +146,7 @@ pub struct CaptureReader {
     interfaces: Vec<Interface>,
     packets: u64,
     last_ts: i64,
+    ng_big_endian: bool,
     last_error: std::sync::Arc<std::sync::Mutex<Option<io::Error>>>,
     size: Option<u64>,
     consumed_raw: std::sync::Arc<std::sync::atomic::AtomicU64>,
@@ -240,6 +241,7 @@ impl CaptureReader {
             interfaces: Vec::new(),
             packets: 0,
             last_ts: 0,
+            ng_big_endian: false,
             last_error,
             size,
             consumed_raw: consumed,
@@ -314,6 +316,7 @@ impl CaptureReader {
         }
         loop {
             let offset = self.inner.consumed() as u64;
+            let head = self.block_head();
             let classified = match self.inner.next() {
                 Ok((len, block)) => {
                     let step = classify(
@@ -358,6 +361,9 @@ impl CaptureReader {
                 }
             };
             let (block_len, step) = classified;
+            if let Some(detail) = self.check_block_lengths(head, block_len) {
+                return Err(self.corrupt(detail));
+            }
             let (addr, len, ts_ns, orig_len, link) = match step {
                 Ok(Step::Skip) => {
                     self.inner.consume(block_len);
@@ -385,6 +391,44 @@ impl CaptureReader {
                 orig_len,
                 offset,
             }));
+        }
+    }
+
+    /// The first 12 bytes of the next block (pcapng only), to check its length fields.
+    fn block_head(&mut self) -> Option<[u8; 12]> {
+        if self.format != CaptureFormat::PcapNg {
+            return None;
+        }
+        let data = self.inner.data();
+        let head: [u8; 12] = data.get(..12)?.try_into().ok()?;
+        if head[..4] == [0x0a, 0x0d, 0x0d, 0x0a] {
+            // A section header sets the byte order of what follows.
+            self.ng_big_endian = head[8..12] == [0x1a, 0x2b, 0x3c, 0x4d];
+        }
+        Some(head)
+    }
+
+    /// A pcapng block's leading and trailing lengths must both equal what was parsed.
+    fn check_block_lengths(&self, head: Option<[u8; 12]>, parsed: usize) -> Option<String> {
+        let head = head?;
+        let read = |b: [u8; 4]| {
+            if self.ng_big_endian {
+                u32::from_be_bytes(b)
+            } else {
+                u32::from_le_bytes(b)
+            }
+        };
+        let len1 = read([head[4], head[5], head[6], head[7]]) as usize;
+        let data = self.inner.data();
+        let len2 = data
+            .get(parsed.checked_sub(4)?..parsed)
+            .map(|b| read([b[0], b[1], b[2], b[3]]) as usize)?;
+        if len1 != parsed || len2 != parsed {
+            Some(format!(
+                "block length fields say {len1} and {len2} bytes, the block has {parsed}"
+            ))
+        } else {
+            None
         }
     }
 
