@@ -46,7 +46,9 @@ impl Filter {
             && self
                 .host
                 .map_or(true, |h| c.ends.iter().any(|e| e.addr == h))
-            && self.port.map_or(true, |p| c.ends.iter().any(|e| e.port == p))
+            && self
+                .port
+                .map_or(true, |p| c.ends.iter().any(|e| e.port == p))
     }
 }
 

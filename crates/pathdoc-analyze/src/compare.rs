@@ -57,8 +57,12 @@ pub struct DirectionComparison {
     pub direction: Direction,
     /// Which capture saw it leave (`near` or `far`).
     pub sent_in: String,
-    /// Packets that left while the receiving side's capture was running.
+    /// Packets that left while the receiving side's capture was running (between its first and
+    /// last packet).
     pub sent: u64,
+    /// Packets that would have arrived after the receiving capture's last packet: whether that
+    /// capture was still running then cannot be told from a pcap file.
+    pub unobserved: u64,
     pub arrived: u64,
     pub lost: u64,
     pub lost_kinds: LostKinds,
@@ -66,6 +70,9 @@ pub struct DirectionComparison {
     pub last_lost_s: Option<f64>,
     /// Idle time before the first lost packet, when the connection had been idle.
     pub lost_after_idle_s: Option<f64>,
+    /// Of the packets sent after that idle time, how many arrived.
+    pub sent_after_idle: u64,
+    pub arrived_after_idle: u64,
     pub examples: Vec<LostPacket>,
     /// Smallest one-way delay seen (after clock alignment), ms.
     pub min_delay_ms: Option<f64>,
@@ -113,7 +120,10 @@ fn match_connections<'a>(
 ) -> Vec<(&'a ConnSummary, &'a ConnSummary, &'static str)> {
     let mut by_client: HashMap<u32, Vec<&ConnSummary>> = HashMap::new();
     for l in &far.listed {
-        by_client.entry(l.summary.client_base_seq).or_default().push(&l.summary);
+        by_client
+            .entry(l.summary.client_base_seq)
+            .or_default()
+            .push(&l.summary);
     }
     let mut out = Vec::new();
     for l in &near.listed {
@@ -121,9 +131,15 @@ fn match_connections<'a>(
         if !only.is_empty() && !only.contains(&n.id) {
             continue;
         }
-        let Some(cands) = by_client.get(&n.client_base_seq) else { continue };
+        let Some(cands) = by_client.get(&n.client_base_seq) else {
+            continue;
+        };
         let exact = cands.iter().find(|f| key_of(f) == key_of(n));
-        let how = if n.syn_seen && n.syn_ack_seen { "initial sequence numbers (both handshakes)" } else { "first sequence numbers" };
+        let how = if n.syn_seen && n.syn_ack_seen {
+            "initial sequence numbers (both handshakes)"
+        } else {
+            "first sequence numbers"
+        };
         if let Some(f) = exact {
             out.push((n, *f, how));
         } else if n.syn_seen {
@@ -180,14 +196,22 @@ fn collect(
         if packet.number % 8192 == 0 && cancel() {
             break;
         }
-        let Some(r): Option<PacketRecord> = analyzer.process(&packet) else { continue };
-        let Some(client) = streams.get(&r.stream) else { continue };
+        let Some(r): Option<PacketRecord> = analyzer.process(&packet) else {
+            continue;
+        };
+        let Some(client) = streams.get(&r.stream) else {
+            continue;
+        };
         if kept >= MAX_RECORDS {
             truncated = true;
             continue;
         }
         let client_ep = *client_of.entry(r.stream).or_insert_with(|| {
-            if r.src.to_string() == *client { r.src } else { r.dst }
+            if r.src.to_string() == *client {
+                r.src
+            } else {
+                r.dst
+            }
         });
         out.entry(r.stream).or_default().push(Rec {
             key: PacketKey {
@@ -218,10 +242,14 @@ pub fn compare_files(
     cancel: &dyn Fn() -> bool,
 ) -> Result<Comparison, CompareError> {
     let pairs = match_connections(near, far, only);
-    let near_streams: HashMap<u64, String> =
-        pairs.iter().map(|(n, _, _)| (n.id, n.client.clone())).collect();
-    let far_streams: HashMap<u64, String> =
-        pairs.iter().map(|(_, f, _)| (f.id, f.client.clone())).collect();
+    let near_streams: HashMap<u64, String> = pairs
+        .iter()
+        .map(|(n, _, _)| (n.id, n.client.clone()))
+        .collect();
+    let far_streams: HashMap<u64, String> = pairs
+        .iter()
+        .map(|(_, f, _)| (f.id, f.client.clone()))
+        .collect();
     let (near_recs, near_trunc, near_first, near_last) = collect(near_path, &near_streams, cancel)?;
     let (far_recs, far_trunc, far_first, far_last) = collect(far_path, &far_streams, cancel)?;
     let mut result = Comparison::default();
@@ -339,15 +367,22 @@ fn compare_direction(
         *pool.entry(r.key).or_insert(0) += 1;
     }
     let mut out = DirectionComparison {
-        direction: if dir == 0 { Direction::ClientToServer } else { Direction::ServerToClient },
+        direction: if dir == 0 {
+            Direction::ClientToServer
+        } else {
+            Direction::ServerToClient
+        },
         sent_in: sent_in.to_string(),
         sent: 0,
+        unobserved: 0,
         arrived: 0,
         lost: 0,
         lost_kinds: LostKinds::default(),
         first_lost_s: None,
         last_lost_s: None,
         lost_after_idle_s: None,
+        sent_after_idle: 0,
+        arrived_after_idle: 0,
         examples: Vec::new(),
         min_delay_ms: None,
     };
@@ -356,18 +391,27 @@ fn compare_direction(
     for r in received.iter().filter(|r| r.dir == dir) {
         first_seen.entry(r.key).or_insert(r.ts);
     }
-    // Allow 1 s of slack at the receiving capture's edges.
-    let slack = 1_000_000_000i64;
+    let idle_end_ns = s_summary
+        .idle
+        .as_ref()
+        .map(|i| s_first + (i.resumed_at_s * 1e9) as i64 - 1_000_000);
     for s in sent.iter().filter(|s| s.dir == dir) {
         let arrive = s.ts + shift + owd;
-        if arrive < r_first - slack || arrive > r_last - slack.min((r_last - r_first) / 10) {
+        let after_idle = idle_end_ns.is_some_and(|t| s.ts >= t);
+        if arrive < r_first {
+            continue;
+        }
+        if arrive > r_last {
+            out.unobserved += 1;
             continue;
         }
         out.sent += 1;
+        out.sent_after_idle += u64::from(after_idle);
         match pool.get_mut(&s.key) {
             Some(n) if *n > 0 => {
                 *n -= 1;
                 out.arrived += 1;
+                out.arrived_after_idle += u64::from(after_idle);
                 if let Some(t) = first_seen.get(&s.key) {
                     let d = t - (s.ts + shift);
                     min_delay = Some(min_delay.map_or(d, |m: i64| m.min(d)));
@@ -448,7 +492,14 @@ fn describe_kinds(k: &LostKinds) -> String {
         (k.rst, "RSTs"),
     ] {
         if n > 0 {
-            parts.push(format!("{n} {}", if n == 1 { what.trim_end_matches('s') } else { what }));
+            parts.push(format!(
+                "{n} {}",
+                if n == 1 {
+                    what.trim_end_matches('s')
+                } else {
+                    what
+                }
+            ));
         }
     }
     parts.join(", ")
@@ -459,23 +510,55 @@ pub fn findings(c: &Comparison) -> Vec<Finding> {
     let mut out = Vec::new();
     for p in &c.pairs {
         let label = format!("#{} {}", p.near_stream, p.near);
-        let (client_cap, server_cap) = if p.near_is_client_side { ("near", "far") } else { ("far", "near") };
+        let (client_cap, server_cap) = if p.near_is_client_side {
+            ("near", "far")
+        } else {
+            ("far", "near")
+        };
         for d in &p.directions {
-            let (from, to) = if d.direction == Direction::ClientToServer { ("client", "server") } else { ("server", "client") };
+            let (from, to) = if d.direction == Direction::ClientToServer {
+                ("client", "server")
+            } else {
+                ("server", "client")
+            };
             if d.lost == 0 {
+                if d.unobserved > 0 {
+                    out.push(
+                        Finding::new("analyze", "after-other-capture", Status::Inconclusive, format!(
+                            "{label}: {} packets left the {from} after the {to}'s capture shows its last packet; whether they arrived cannot be told",
+                            d.unobserved
+                        ))
+                        .direction(d.direction)
+                        .evidence(Evidence::new("packets after the other capture's last packet", Quantity::Count(d.unobserved)))
+                        .summary("A pcap file does not record when the capture stopped: keep both captures running past the event (any later packet, e.g. a new connection, proves the capture was still on)."),
+                    );
+                }
                 continue;
             }
             let share = d.lost as f64 / d.sent.max(1) as f64;
             let what = describe_kinds(&d.lost_kinds);
             let after_idle = d
                 .lost_after_idle_s
-                .map(|s| format!(" after {} idle", format_duration(std::time::Duration::from_secs_f64(s))))
+                .map(|s| {
+                    format!(
+                        " after {} idle",
+                        format_duration(std::time::Duration::from_secs_f64(s))
+                    )
+                })
                 .unwrap_or_default();
-            let none = d.arrived == 0 || (d.lost_after_idle_s.is_some() && d.lost_kinds.keepalives + d.lost_kinds.retransmissions == d.lost);
-            let status = if d.lost_after_idle_s.is_some() || share >= 0.01 || d.arrived == 0 { Status::Fail } else { Status::Warn };
+            let (of_sent, of_arrived) = if d.lost_after_idle_s.is_some() {
+                (d.sent_after_idle, d.arrived_after_idle)
+            } else {
+                (d.sent, d.arrived)
+            };
+            let status = if d.lost_after_idle_s.is_some() || share >= 0.01 || d.arrived == 0 {
+                Status::Fail
+            } else {
+                Status::Warn
+            };
             let title = format!(
                 "{label}: {what} left the {from}{after_idle}; {} reached the {to}: dropped between the {from} and the {to}, {}",
-                if none { "none".to_string() } else { format!("{} of {} packets", d.arrived, d.sent) },
+                if of_arrived == 0 { "none".to_string() } else { format!("{of_arrived} of {of_sent} packets") },
                 d.direction.arrow()
             );
             let f = Finding::new("analyze", "lost-between-captures", status, title)

@@ -114,7 +114,11 @@ impl Connection {
         if let Some(d) = self.client_dir {
             return (d, true);
         }
-        let d = if self.ends[0].port < self.ends[1].port { 1 } else { 0 };
+        let d = if self.ends[0].port < self.ends[1].port {
+            1
+        } else {
+            0
+        };
         (d, false)
     }
 
@@ -267,7 +271,13 @@ impl Connection {
         let gap = ts - self.last_ns;
         self.longest_gap_ns = self.longest_gap_ns.max(gap);
         let threshold = MIN_IDLE_NS.max(self.state.irtt_ns.saturating_mul(20));
-        if gap >= threshold && self.quiescent() {
+        // Gaps between unanswered probes (keepalive intervals) continue the current phase; a
+        // new phase starts after an answered one or after a longer silence.
+        let continues = self.idle.is_some_and(|p| {
+            let answered = p.sides[0].packets > 0 && p.sides[1].packets > 0;
+            !answered && gap < p.gap_ns
+        });
+        if gap >= threshold && self.quiescent() && !continues {
             self.idle = Some(IdlePhase {
                 gap_start_ns: self.last_ns,
                 gap_ns: gap,

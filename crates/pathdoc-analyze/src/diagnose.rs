@@ -143,7 +143,10 @@ fn loss(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
     ));
     if let Some(op) = other_p {
         f = f.evidence(Evidence::new(
-            format!("retransmitted share {} (other direction)", s.dir_other_arrow()),
+            format!(
+                "retransmitted share {} (other direction)",
+                s.dir_other_arrow()
+            ),
             pct(op),
         ));
     }
@@ -162,7 +165,10 @@ fn loss(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
         let mss = f64::from(tx.max_segment_bytes.clamp(536, 9000));
         let bound = mss * 8.0 / rtt * 1.22 / p.sqrt();
         f = f
-            .evidence(Evidence::new(format!("{} goodput", s.dir.arrow()), Quantity::Goodput(goodput)))
+            .evidence(Evidence::new(
+                format!("{} goodput", s.dir.arrow()),
+                Quantity::Goodput(goodput),
+            ))
             .evidence(
                 Evidence::new("Mathis bound at this loss and RTT", Quantity::Rate(bound))
                     .with_detail(format!(
@@ -278,7 +284,10 @@ fn window_limited(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
     if tx.at_window_fraction.is_some() {
         f = f.evidence(
             Evidence::new("segments sent with the window ≥ 90 % full", pct(pinned)).with_detail(
-                format!("bytes in flight up to {} (sequence-based, at the capture point)", format_bytes(tx.max_bytes_in_flight)),
+                format!(
+                    "bytes in flight up to {} (sequence-based, at the capture point)",
+                    format_bytes(tx.max_bytes_in_flight)
+                ),
             ),
         );
     }
@@ -317,7 +326,11 @@ fn zero_window(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
         return;
     }
     let total = rx.zero_window_s;
-    let share = if c.duration_s > 0.0 { total / c.duration_s } else { 0.0 };
+    let share = if c.duration_s > 0.0 {
+        total / c.duration_s
+    } else {
+        0.0
+    };
     // Brief closures are a fast sender meeting a busy reader; a stall is long or dominant.
     if rx.longest_zero_window_s < 0.5 && !(share >= 0.25 && total >= 0.5) {
         return;
@@ -362,9 +375,21 @@ fn idle_death(c: &ConnSummary, out: &mut Vec<Finding>) {
     }
     // Which side probed without an answer?
     let (prober, answerer, p, a, dir) = if idle.client.packets > 0 && idle.server.packets == 0 {
-        ("client", "server", &idle.client, &idle.server, Direction::ClientToServer)
+        (
+            "client",
+            "server",
+            &idle.client,
+            &idle.server,
+            Direction::ClientToServer,
+        )
     } else if idle.server.packets > 0 && idle.client.packets == 0 {
-        ("server", "client", &idle.server, &idle.client, Direction::ServerToClient)
+        (
+            "server",
+            "client",
+            &idle.server,
+            &idle.client,
+            Direction::ServerToClient,
+        )
     } else {
         // Both sides spoke after the idle time: each probe may still have been lost, but this
         // capture cannot tell (two captures can).
@@ -396,9 +421,15 @@ fn idle_death(c: &ConnSummary, out: &mut Vec<Finding>) {
     let what = if p.keepalives > 0 && p.retransmissions == 0 {
         format!("{} keepalives", p.keepalives)
     } else if p.keepalives > 0 {
-        format!("{} keepalives and {} retransmissions", p.keepalives, p.retransmissions)
+        format!(
+            "{} keepalives and {} retransmissions",
+            p.keepalives, p.retransmissions
+        )
     } else {
-        format!("{} packets ({} retransmissions)", p.packets, p.retransmissions)
+        format!(
+            "{} packets ({} retransmissions)",
+            p.packets, p.retransmissions
+        )
     };
     let status = Status::Fail;
     let f = finding(
@@ -425,13 +456,23 @@ fn idle_death(c: &ConnSummary, out: &mut Vec<Finding>) {
 
 /// A RST whose TTL differs from every other packet of the same side: forged by a middlebox.
 fn injected_rst(c: &ConnSummary, out: &mut Vec<Finding>) {
-    let EndState::Reset { by, ttl, usual_ttl } = &c.end else { return };
-    let sender = if by == "client" { &c.client_to_server } else { &c.server_to_client };
+    let EndState::Reset { by, ttl, usual_ttl } = &c.end else {
+        return;
+    };
+    let sender = if by == "client" {
+        &c.client_to_server
+    } else {
+        &c.server_to_client
+    };
     let Some(usual) = usual_ttl else { return };
     if sender.packets < 4 || ttl == usual {
         return;
     }
-    let dir = if by == "client" { Direction::ClientToServer } else { Direction::ServerToClient };
+    let dir = if by == "client" {
+        Direction::ClientToServer
+    } else {
+        Direction::ServerToClient
+    };
     let hops = i32::from(*usual) - i32::from(*ttl);
     let f = finding(
         c,
@@ -466,9 +507,12 @@ fn pmtu(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) -> bool {
     if big_stall.is_none() && !ignored_too_big {
         return false;
     }
-    let lost_size = big_stall.and_then(|st| st.sizes_bytes.first().copied()).unwrap_or(tx.max_ip_packet_bytes);
+    let lost_size = big_stall
+        .and_then(|st| st.sizes_bytes.first().copied())
+        .unwrap_or(tx.max_ip_packet_bytes);
     let acked = tx.max_acked_ip_packet_bytes;
-    let small_pass = big_stall.is_some_and(|st| st.peer_packets > 0) || (acked > 0 && acked < lost_size);
+    let small_pass =
+        big_stall.is_some_and(|st| st.peer_packets > 0) || (acked > 0 && acked < lost_size);
     if big_stall.is_some() && !ignored_too_big && !small_pass && tx.icmp_too_big == 0 {
         // Everything stopped, small packets too: a dead path or peer, not an MTU problem.
         return false;
@@ -477,7 +521,10 @@ fn pmtu(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) -> bool {
     let mtu_icmp = tx.icmp_too_big_mtu;
     let mtu_text = match (mtu_icmp, acked) {
         (Some(m), _) => format!("{m} B (from the ICMP too-big)"),
-        (None, a) if a > 0 && !tso => format!("between {a} B (largest packet acknowledged) and {} B", lost_size.saturating_sub(1)),
+        (None, a) if a > 0 && !tso => format!(
+            "between {a} B (largest packet acknowledged) and {} B",
+            lost_size.saturating_sub(1)
+        ),
         _ => format!("below {lost_size} B"),
     };
     let stall_text = big_stall.map(|st| format!(
@@ -513,12 +560,23 @@ fn pmtu(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) -> bool {
         .evidence(Evidence::new("largest packet it sent", Quantity::Bytes(u64::from(tx.max_ip_packet_bytes))));
         if shrinking {
             if let Some(st) = big_stall {
-                f = f.evidence(Evidence::new("sizes of its retransmissions", Quantity::Text(st.sizes_bytes.iter().map(|x| format!("{x} B")).collect::<Vec<_>>().join(" → "))));
+                f = f.evidence(Evidence::new(
+                    "sizes of its retransmissions",
+                    Quantity::Text(
+                        st.sizes_bytes
+                            .iter()
+                            .map(|x| format!("{x} B"))
+                            .collect::<Vec<_>>()
+                            .join(" → "),
+                    ),
+                ));
             }
         }
         let tso_note = if tso {
             format!(" The capture was taken on the {} with segmentation offload (TSO/GSO): {} packets are larger than the MSS, so the sizes seen here are not those on the wire; the retransmissions are the trustworthy part.", s.sender, tx.segments_over_peer_mss)
-        } else { String::new() };
+        } else {
+            String::new()
+        };
         f = f.summary(format!(
             "Routers told the {} {} times that the path takes at most {m} B, and the messages reached its network interface (they are in this capture), but it kept sending bigger packets{}. Either a firewall on the {} drops ICMP after the point where the capture taps it (iptables/nft INPUT rules for icmp type 3 code 4), or the NIC's segmentation offload builds packets for a fixed MTU whatever the stack learnt (seed 003: an emulated rtl8139 NIC with TSO){}.{tso_note}",
             s.sender, tx.icmp_too_big,
@@ -547,19 +605,38 @@ fn pmtu(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) -> bool {
     .evidence(Evidence::new("largest packet acknowledged", Quantity::Bytes(u64::from(acked))))
     .evidence(Evidence::new(format!("ICMP too-big about the {}'s packets in the capture", s.sender), Quantity::Count(u64::from(tx.icmp_too_big))));
     if let Some(m) = mtu_icmp {
-        f = f.evidence(Evidence::new("MTU reported by ICMP", Quantity::Bytes(u64::from(m))));
+        f = f.evidence(Evidence::new(
+            "MTU reported by ICMP",
+            Quantity::Bytes(u64::from(m)),
+        ));
     }
     if shrinking {
-        f = f.evidence(Evidence::new("sizes of its retransmissions", Quantity::Text(st.sizes_bytes.iter().map(|x| format!("{x} B")).collect::<Vec<_>>().join(" → "))));
+        f = f.evidence(Evidence::new(
+            "sizes of its retransmissions",
+            Quantity::Text(
+                st.sizes_bytes
+                    .iter()
+                    .map(|x| format!("{x} B"))
+                    .collect::<Vec<_>>()
+                    .join(" → "),
+            ),
+        ));
     }
     let icmp_note = if tx.icmp_too_big == 0 {
         format!("No ICMP too-big about them is in the capture: a router drops them silently or its ICMP is filtered before it reaches the {}", s.sender)
     } else {
-        format!("ICMP too-big messages (MTU {}) are in the capture", mtu_icmp.map(|m| m.to_string()).unwrap_or_else(|| "?".into()))
+        format!(
+            "ICMP too-big messages (MTU {}) are in the capture",
+            mtu_icmp
+                .map(|m| m.to_string())
+                .unwrap_or_else(|| "?".into())
+        )
     };
     let tso_note = if tso {
         format!(" Note: the capture was taken on the {} with TSO/GSO ({} packets larger than the MSS), so acknowledged sizes are not wire sizes; the path MTU cannot be bounded from them.", s.sender, tx.segments_over_peer_mss)
-    } else { String::new() };
+    } else {
+        String::new()
+    };
     f = f.summary(format!(
         "{}. Full-size packets do not cross the path while small ones do: a link {} has a smaller MTU and the sender never learns it. {icmp_note}.{tso_note}{}",
         stall_text.unwrap_or_default().trim_start_matches("the ").to_string().replacen(&s.sender.to_string(), &format!("The {}", s.sender), 1),

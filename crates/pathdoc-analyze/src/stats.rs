@@ -42,14 +42,20 @@ impl FlagCounts {
         };
         bump(&mut self.retransmission, Flags::RETRANSMISSION);
         bump(&mut self.fast_retransmission, Flags::FAST_RETRANSMISSION);
-        bump(&mut self.spurious_retransmission, Flags::SPURIOUS_RETRANSMISSION);
+        bump(
+            &mut self.spurious_retransmission,
+            Flags::SPURIOUS_RETRANSMISSION,
+        );
         bump(&mut self.out_of_order, Flags::OUT_OF_ORDER);
         bump(&mut self.lost_segment, Flags::LOST_SEGMENT);
         bump(&mut self.ack_lost_segment, Flags::ACK_LOST_SEGMENT);
         bump(&mut self.duplicate_ack, Flags::DUPLICATE_ACK);
         bump(&mut self.zero_window, Flags::ZERO_WINDOW);
         bump(&mut self.zero_window_probe, Flags::ZERO_WINDOW_PROBE);
-        bump(&mut self.zero_window_probe_ack, Flags::ZERO_WINDOW_PROBE_ACK);
+        bump(
+            &mut self.zero_window_probe_ack,
+            Flags::ZERO_WINDOW_PROBE_ACK,
+        );
         bump(&mut self.window_full, Flags::WINDOW_FULL);
         bump(&mut self.window_update, Flags::WINDOW_UPDATE);
         bump(&mut self.keep_alive, Flags::KEEP_ALIVE);

@@ -93,7 +93,11 @@ pub enum EndState {
     /// Only one side sent FIN.
     HalfClosed { by: String },
     /// A RST ended it.
-    Reset { by: String, ttl: u8, usual_ttl: Option<u8> },
+    Reset {
+        by: String,
+        ttl: u8,
+        usual_ttl: Option<u8>,
+    },
     /// Still open when the capture ended.
     Open,
 }
@@ -222,8 +226,12 @@ pub fn summarize(c: &Connection, capture_start_ns: i64) -> ConnSummary {
         } else {
             match (c.dirs[client].fin_count > 0, c.dirs[server].fin_count > 0) {
                 (true, true) => EndState::Closed,
-                (true, false) => EndState::HalfClosed { by: "client".into() },
-                (false, true) => EndState::HalfClosed { by: "server".into() },
+                (true, false) => EndState::HalfClosed {
+                    by: "client".into(),
+                },
+                (false, true) => EndState::HalfClosed {
+                    by: "server".into(),
+                },
                 (false, false) => EndState::Open,
             }
         }
@@ -245,7 +253,10 @@ pub fn summarize(c: &Connection, capture_start_ns: i64) -> ConnSummary {
         client_to_server: dir_summary(&c.dirs[client]),
         server_to_client: dir_summary(&c.dirs[server]),
         longest_gap_s: secs(c.longest_gap_ns),
-        idle: c.idle.as_ref().map(|p| idle_summary(p, client, capture_start_ns)),
+        idle: c
+            .idle
+            .as_ref()
+            .map(|p| idle_summary(p, client, capture_start_ns)),
         end,
     }
 }

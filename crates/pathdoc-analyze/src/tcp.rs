@@ -420,15 +420,27 @@ mod tests {
             c.after(d, &s);
             a
         };
-        assert!(run(&mut c, 0, seg(0, 1000, 0, 0, TH_SYN, 64000)).flags.is_empty());
-        assert!(run(&mut c, 1, seg(10, 5000, 1001, 0, TH_SYN | TH_ACK, 64000)).flags.is_empty());
-        assert!(run(&mut c, 0, seg(20, 1001, 5001, 0, TH_ACK, 500)).flags.is_empty());
+        assert!(run(&mut c, 0, seg(0, 1000, 0, 0, TH_SYN, 64000))
+            .flags
+            .is_empty());
+        assert!(
+            run(&mut c, 1, seg(10, 5000, 1001, 0, TH_SYN | TH_ACK, 64000))
+                .flags
+                .is_empty()
+        );
+        assert!(run(&mut c, 0, seg(20, 1001, 5001, 0, TH_ACK, 500))
+            .flags
+            .is_empty());
         assert_eq!(c.irtt_ns, 20_000_000);
-        assert!(run(&mut c, 0, seg(21, 1001, 5001, 100, TH_ACK, 500)).flags.is_empty());
+        assert!(run(&mut c, 0, seg(21, 1001, 5001, 100, TH_ACK, 500))
+            .flags
+            .is_empty());
         // 1101..1201 lost; 1201 arrives: previous segment not captured
         let a = run(&mut c, 0, seg(22, 1201, 5001, 100, TH_ACK, 500));
         assert!(a.flags.has(Flags::LOST_SEGMENT));
-        assert!(run(&mut c, 1, seg(40, 5001, 1101, 0, TH_ACK, 500)).flags.is_empty());
+        assert!(run(&mut c, 1, seg(40, 5001, 1101, 0, TH_ACK, 500))
+            .flags
+            .is_empty());
         let d1 = run(&mut c, 1, seg(41, 5001, 1101, 0, TH_ACK, 500));
         assert!(d1.flags.has(Flags::DUPLICATE_ACK) && d1.dupack_num == 1);
         let d2 = run(&mut c, 1, seg(42, 5001, 1101, 0, TH_ACK, 500));
@@ -461,7 +473,11 @@ mod tests {
         let zwp = run(&mut c, 0, seg(200, 11, 1, 1, TH_ACK, 100));
         assert!(zwp.flags.has(Flags::ZERO_WINDOW_PROBE), "{}", zwp.flags);
         let zwpa = run(&mut c, 1, seg(201, 1, 11, 0, TH_ACK, 0));
-        assert!(zwpa.flags.has(Flags::ZERO_WINDOW_PROBE_ACK), "{}", zwpa.flags);
+        assert!(
+            zwpa.flags.has(Flags::ZERO_WINDOW_PROBE_ACK),
+            "{}",
+            zwpa.flags
+        );
         let wu = run(&mut c, 1, seg(300, 1, 11, 0, TH_ACK, 50));
         assert!(wu.flags.has(Flags::WINDOW_UPDATE), "{}", wu.flags);
     }

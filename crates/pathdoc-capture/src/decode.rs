@@ -113,9 +113,15 @@ pub struct IcmpInfo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum L4 {
     Tcp(TcpInfo),
-    Udp { src_port: u16, dst_port: u16, len: u16 },
+    Udp {
+        src_port: u16,
+        dst_port: u16,
+        len: u16,
+    },
     Icmp(IcmpInfo),
-    Other { protocol: u8 },
+    Other {
+        protocol: u8,
+    },
 }
 
 /// A decoded frame.
@@ -463,7 +469,10 @@ mod tests {
             (LinkType::RAW, &ip.to_vec()),
         ] {
             let d = decode(link, bytes, bytes.len() as u32).unwrap_or_else(|| panic!("{link:?}"));
-            assert!(matches!(d.l4, L4::Tcp(t) if t.seg_len == Some(1)), "{link:?}");
+            assert!(
+                matches!(d.l4, L4::Tcp(t) if t.seg_len == Some(1)),
+                "{link:?}"
+            );
         }
     }
 

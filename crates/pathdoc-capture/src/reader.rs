@@ -91,7 +91,9 @@ impl CaptureError {
     pub fn is_partial(&self) -> bool {
         matches!(
             self,
-            CaptureError::Truncated { .. } | CaptureError::Corrupt { .. } | CaptureError::Read { .. }
+            CaptureError::Truncated { .. }
+                | CaptureError::Corrupt { .. }
+                | CaptureError::Read { .. }
         )
     }
 
@@ -196,7 +198,11 @@ impl CaptureReader {
             last_error,
             reader,
         } = input;
-        let gz = if gzip { " of the decompressed stream" } else { "" };
+        let gz = if gzip {
+            " of the decompressed stream"
+        } else {
+            ""
+        };
         let head = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let recorder = HeadRecorder {
             inner: reader,
@@ -319,12 +325,8 @@ impl CaptureReader {
             let head = self.block_head();
             let classified = match self.inner.next() {
                 Ok((len, block)) => {
-                    let step = classify(
-                        block,
-                        self.legacy,
-                        &mut self.interfaces,
-                        &mut self.last_ts,
-                    );
+                    let step =
+                        classify(block, self.legacy, &mut self.interfaces, &mut self.last_ts);
                     (len, step)
                 }
                 Err(PcapError::Eof) => return Ok(None),

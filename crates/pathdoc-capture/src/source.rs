@@ -231,7 +231,12 @@ mod tests {
     #[test]
     fn detects_gzip_and_passes_plain_bytes_through() {
         let plain = b"\xd4\xc3\xb2\xa1rest of file".to_vec();
-        let mut input = from_reader("t", InputKind::File, None, Box::new(io::Cursor::new(plain.clone())));
+        let mut input = from_reader(
+            "t",
+            InputKind::File,
+            None,
+            Box::new(io::Cursor::new(plain.clone())),
+        );
         assert!(!input.gzip);
         let mut out = Vec::new();
         input.reader.read_to_end(&mut out).unwrap();
@@ -240,7 +245,12 @@ mod tests {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         gz.write_all(&plain).unwrap();
         let compressed = gz.finish().unwrap();
-        let mut input = from_reader("t.gz", InputKind::File, None, Box::new(io::Cursor::new(compressed)));
+        let mut input = from_reader(
+            "t.gz",
+            InputKind::File,
+            None,
+            Box::new(io::Cursor::new(compressed)),
+        );
         assert!(input.gzip);
         let mut out = Vec::new();
         input.reader.read_to_end(&mut out).unwrap();
@@ -250,7 +260,12 @@ mod tests {
     #[test]
     fn one_byte_and_empty_inputs_are_not_gzip() {
         for data in [vec![], vec![0x1f]] {
-            let mut input = from_reader("t", InputKind::File, None, Box::new(io::Cursor::new(data.clone())));
+            let mut input = from_reader(
+                "t",
+                InputKind::File,
+                None,
+                Box::new(io::Cursor::new(data.clone())),
+            );
             assert!(!input.gzip);
             let mut out = Vec::new();
             input.reader.read_to_end(&mut out).unwrap();

@@ -29,8 +29,20 @@ impl Frame {
 /// A classic pcap file.
 pub fn pcap(link: u32, frames: &[Frame], big_endian: bool, nanosecond: bool) -> Vec<u8> {
     let mut out = Vec::new();
-    let u32b = |v: u32| if big_endian { v.to_be_bytes() } else { v.to_le_bytes() };
-    let u16b = |v: u16| if big_endian { v.to_be_bytes() } else { v.to_le_bytes() };
+    let u32b = |v: u32| {
+        if big_endian {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        }
+    };
+    let u16b = |v: u16| {
+        if big_endian {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        }
+    };
     let magic: u32 = if nanosecond { 0xa1b2_3c4d } else { 0xa1b2_c3d4 };
     out.extend_from_slice(&u32b(magic));
     out.extend_from_slice(&u16b(2));
@@ -84,11 +96,7 @@ pub fn pcapng(sections: &[Section]) -> Vec<u8> {
             block(&mut out, 1, &body);
         }
         for (iface, f) in &s.packets {
-            let tsresol = s
-                .interfaces
-                .get(*iface as usize)
-                .map(|i| i.1)
-                .unwrap_or(6);
+            let tsresol = s.interfaces.get(*iface as usize).map(|i| i.1).unwrap_or(6);
             let units = 10u128.pow(u32::from(tsresol));
             let ts = (f.ts_ns.max(0) as u128 * units / 1_000_000_000) as u64;
             let mut body = Vec::new();

@@ -21,12 +21,22 @@ fn tcp_frame(seq: u32, payload: usize) -> Vec<u8> {
 
 fn frames() -> Vec<Frame> {
     (0..5)
-        .map(|i| Frame::new(1_700_000_000_123_456_789 + i * 1_000_000, tcp_frame(1000 + i as u32 * 100, 100)))
+        .map(|i| {
+            Frame::new(
+                1_700_000_000_123_456_789 + i * 1_000_000,
+                tcp_frame(1000 + i as u32 * 100, 100),
+            )
+        })
         .collect()
 }
 
 fn read_all(bytes: Vec<u8>) -> (Vec<(i64, u32, u32)>, Option<CaptureError>) {
-    let input = from_reader("mem", InputKind::File, None, Box::new(std::io::Cursor::new(bytes)));
+    let input = from_reader(
+        "mem",
+        InputKind::File,
+        None,
+        Box::new(std::io::Cursor::new(bytes)),
+    );
     let mut r = match CaptureReader::new(input) {
         Ok(r) => r,
         Err(e) => return (Vec::new(), Some(e)),
@@ -54,7 +64,11 @@ fn pcap_both_byte_orders_and_resolutions() {
             let (pkts, err) = read_all(pcap(1, &frames(), be, ns));
             assert!(err.is_none(), "be={be} ns={ns}: {err:?}");
             assert_eq!(pkts.len(), 5);
-            let want = if ns { 1_700_000_000_123_456_789 } else { 1_700_000_000_123_456_000 };
+            let want = if ns {
+                1_700_000_000_123_456_789
+            } else {
+                1_700_000_000_123_456_000
+            };
             assert_eq!(pkts[0].0, want, "be={be} ns={ns}");
             assert_eq!(pkts[4].2, 1400);
         }
@@ -66,7 +80,10 @@ fn pcapng_sections_interfaces_and_resolutions() {
     let raw: Vec<u8> = tcp_frame(7, 10)[14..].to_vec();
     let s1 = Section {
         interfaces: vec![(1, 6), (101, 9)],
-        packets: vec![(0, frames()[0].clone()), (1, Frame::new(1_700_000_000_000_000_001, raw.clone()))],
+        packets: vec![
+            (0, frames()[0].clone()),
+            (1, Frame::new(1_700_000_000_000_000_001, raw.clone())),
+        ],
     };
     // The second section renumbers its interfaces from 0.
     let s2 = Section {
@@ -77,7 +94,10 @@ fn pcapng_sections_interfaces_and_resolutions() {
     assert!(err.is_none(), "{err:?}");
     assert_eq!(pkts.len(), 3);
     assert_eq!(pkts[0].1, 1);
-    assert_eq!((pkts[1].0, pkts[1].1, pkts[1].2), (1_700_000_000_000_000_001, 101, 7));
+    assert_eq!(
+        (pkts[1].0, pkts[1].1, pkts[1].2),
+        (1_700_000_000_000_000_001, 101, 7)
+    );
     assert_eq!((pkts[2].0, pkts[2].1), (1_700_000_001_500_000_000, 101));
 }
 
@@ -95,11 +115,18 @@ fn gzip_is_transparent() {
 fn snap_length_cut_packets_keep_their_length() {
     let f: Vec<Frame> = frames().into_iter().map(|f| f.snap(54)).collect();
     let bytes = pcap(1, &f, false, false);
-    let input = from_reader("mem", InputKind::File, None, Box::new(std::io::Cursor::new(bytes)));
+    let input = from_reader(
+        "mem",
+        InputKind::File,
+        None,
+        Box::new(std::io::Cursor::new(bytes)),
+    );
     let mut r = CaptureReader::new(input).unwrap();
     let p = r.next_packet().unwrap().unwrap();
     assert_eq!(p.data.len(), 54);
-    let Some(L4::Tcp(t)) = decode(LinkType(1), p.data, p.orig_len).map(|d| d.l4) else { panic!() };
+    let Some(L4::Tcp(t)) = decode(LinkType(1), p.data, p.orig_len).map(|d| d.l4) else {
+        panic!()
+    };
     assert_eq!(t.seg_len, Some(100));
 }
 
@@ -111,7 +138,9 @@ fn truncated_file_gives_packets_then_offset() {
     let (pkts, err) = read_all(full[..cut].to_vec());
     assert_eq!(pkts.len(), 4);
     match err {
-        Some(CaptureError::Truncated { offset, packets, .. }) => {
+        Some(CaptureError::Truncated {
+            offset, packets, ..
+        }) => {
             assert_eq!(offset as usize, 24 + 4 * record);
             assert_eq!(packets, 4);
         }
@@ -141,7 +170,10 @@ fn corrupt_pcapng_block_names_its_offset() {
 
 #[test]
 fn empty_and_wrong_magic() {
-    assert!(matches!(read_all(Vec::new()).1, Some(CaptureError::Empty { .. })));
+    assert!(matches!(
+        read_all(Vec::new()).1,
+        Some(CaptureError::Empty { .. })
+    ));
     let (_, e) = read_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec());
     let e = e.unwrap();
     assert!(matches!(e, CaptureError::NotACapture { .. }), "{e}");

@@ -84,12 +84,27 @@ pub fn start_in_netns(
     cmd.args(["netns", "exec", netns, "tcpdump"]);
     // -U: write each packet at once (a killed capture loses nothing); -Z root: keep writing
     // where root can (tcpdump otherwise drops to its own user before opening the file).
-    cmd.args(["-i", &iface, "-n", "-U", "-Z", "root", "-s", &opts.snaplen.to_string(), "-w"])
-        .arg(path);
+    // --immediate-mode: hand each packet over at once (the default ring hands them over in
+    // blocks, and the last block is lost when tcpdump is interrupted).
+    cmd.args([
+        "-i",
+        &iface,
+        "-n",
+        "-U",
+        "--immediate-mode",
+        "-Z",
+        "root",
+        "-s",
+        &opts.snaplen.to_string(),
+        "-w",
+    ])
+    .arg(path);
     if let Some(f) = &opts.filter {
         cmd.args(f.split_whitespace());
     }
-    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
     let line = crate::exec::display(&cmd);
     let mut process = cmd.spawn().map_err(|source| LabError::Spawn {
         command: line,
@@ -185,12 +200,20 @@ impl Drop for RunningCapture {
     }
 }
 
-/// An established connection left idle, with TCP keepalives on the client (`idle` before the
-/// first probe, `interval` between probes, `probes` before the kernel gives up and resets),
-/// used to record seed 000's idle death. Returns when the client's kernel has given up or
+/// Which end of a test connection sends TCP keepalives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeepaliveSide {
+    Client,
+    Server,
+}
+
+/// An established connection left idle, with TCP keepalives on one end (`idle` before the
+/// first probe, `interval` between probes, `probes` before the kernel gives up and resets it),
+/// used to record seed 000's idle death. Returns when that end's kernel has given up or
 /// `deadline` passed.
 pub fn idle_keepalive_connection(
     lab: &Lab,
+    side: KeepaliveSide,
     idle: Duration,
     interval: Duration,
     probes: u32,
@@ -199,16 +222,20 @@ pub fn idle_keepalive_connection(
     let mut pair = crate::traffic::TcpPair::open(lab)?;
     pair.client_to_server(b"hello", Duration::from_secs(2))?;
     pair.server_to_client(b"hello", Duration::from_secs(2))?;
-    set_keepalive(&pair.client, idle, interval, probes)?;
+    let prober = match side {
+        KeepaliveSide::Client => &mut pair.client,
+        KeepaliveSide::Server => &mut pair.server,
+    };
+    set_keepalive(prober, idle, interval, probes)?;
     let started = std::time::Instant::now();
-    // The client's kernel gives up after idle + probes × interval: a read then fails.
-    pair.client
+    // The kernel gives up after idle + probes × interval: a read then fails.
+    prober
         .set_read_timeout(Some(Duration::from_millis(200)))
         .map_err(|e| LabError::io("read timeout", e))?;
     let mut buf = [0u8; 64];
     while started.elapsed() < deadline {
         use std::io::Read;
-        match pair.client.read(&mut buf) {
+        match prober.read(&mut buf) {
             Ok(0) => break,
             Ok(_) => {}
             Err(e)
@@ -244,12 +271,23 @@ fn set_keepalive(
         if rc == 0 {
             Ok(())
         } else {
-            Err(LabError::io("setsockopt keepalive", std::io::Error::last_os_error()))
+            Err(LabError::io(
+                "setsockopt keepalive",
+                std::io::Error::last_os_error(),
+            ))
         }
     };
     set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
-    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, idle.as_secs().max(1) as libc::c_int)?;
-    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, interval.as_secs().max(1) as libc::c_int)?;
+    set(
+        libc::IPPROTO_TCP,
+        libc::TCP_KEEPIDLE,
+        idle.as_secs().max(1) as libc::c_int,
+    )?;
+    set(
+        libc::IPPROTO_TCP,
+        libc::TCP_KEEPINTVL,
+        interval.as_secs().max(1) as libc::c_int,
+    )?;
     set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, probes as libc::c_int)?;
     Ok(())
 }

@@ -108,10 +108,17 @@ pub fn analyze_file(
 ) -> anyhow::Result<Pass> {
     let mut reader = CaptureReader::open(name).map_err(anyhow::Error::new)?;
     let format = match reader.format() {
-        pathdoc_capture::CaptureFormat::Pcap { nanosecond, big_endian } => format!(
+        pathdoc_capture::CaptureFormat::Pcap {
+            nanosecond,
+            big_endian,
+        } => format!(
             "pcap ({}, {})",
             if nanosecond { "ns" } else { "µs" },
-            if big_endian { "big-endian" } else { "little-endian" }
+            if big_endian {
+                "big-endian"
+            } else {
+                "little-endian"
+            }
         ),
         pathdoc_capture::CaptureFormat::PcapNg => "pcapng".into(),
     };
@@ -185,7 +192,11 @@ fn build_report(passes: &[Pass], comparison: Option<compare::Comparison>) -> Rep
     let mut captures = Vec::new();
     for (i, p) in passes.iter().enumerate() {
         let side = if passes.len() == 2 {
-            if i == 0 { " (near)" } else { " (far)" }
+            if i == 0 {
+                " (near)"
+            } else {
+                " (far)"
+            }
         } else {
             ""
         };
@@ -199,7 +210,10 @@ fn build_report(passes: &[Pass], comparison: Option<compare::Comparison>) -> Rep
                     "analyze",
                     "analysis-interrupted",
                     Status::Inconclusive,
-                    format!("analysis of {}{side} interrupted after {} packets", p.name, t.packets),
+                    format!(
+                        "analysis of {}{side} interrupted after {} packets",
+                        p.name, t.packets
+                    ),
                 )
                 .summary("Interrupted (Ctrl-C): the results cover the packets read until then."),
             );
@@ -270,19 +284,37 @@ fn damage_finding(p: &Pass, e: &CaptureError, side: &str) -> Finding {
     let truncated = matches!(e, CaptureError::Truncated { .. });
     Finding::new(
         "analyze",
-        if truncated { "capture-truncated" } else { "capture-damaged" },
-        if truncated { Status::Info } else { Status::Inconclusive },
+        if truncated {
+            "capture-truncated"
+        } else {
+            "capture-damaged"
+        },
+        if truncated {
+            Status::Info
+        } else {
+            Status::Inconclusive
+        },
         format!(
             "{}{side} {} at byte {}: analysed the {} packets before it",
             p.name,
-            if truncated { "ends mid-packet" } else { "is damaged" },
+            if truncated {
+                "ends mid-packet"
+            } else {
+                "is damaged"
+            },
             e.offset().unwrap_or(0),
             p.analysis.totals.packets
         ),
     )
     .summary(e.to_string())
-    .evidence(Evidence::new("byte offset of the damage", Quantity::Count(e.offset().unwrap_or(0))))
-    .evidence(Evidence::new("packets analysed", Quantity::Count(p.analysis.totals.packets)))
+    .evidence(Evidence::new(
+        "byte offset of the damage",
+        Quantity::Count(e.offset().unwrap_or(0)),
+    ))
+    .evidence(Evidence::new(
+        "packets analysed",
+        Quantity::Count(p.analysis.totals.packets),
+    ))
 }
 
 fn overview_finding(p: &Pass, side: &str) -> Finding {
@@ -372,7 +404,11 @@ impl FlagsTable {
             r.seg_len,
             tcp_flags(r.tcp_flags),
             r.flags,
-            if r.flags.has(Flags::DUPLICATE_ACK) { r.dupack_num.to_string() } else { "-".into() }
+            if r.flags.has(Flags::DUPLICATE_ACK) {
+                r.dupack_num.to_string()
+            } else {
+                "-".into()
+            }
         );
         if res.is_err() {
             self.broken = true;

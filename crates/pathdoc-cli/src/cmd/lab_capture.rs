@@ -51,7 +51,11 @@ pub fn run(a: CaptureArgs, prefix: &str, global: Global) -> anyhow::Result<i32> 
             anyhow::anyhow!(
                 "no host `{host}` in lab {}; hosts: {}",
                 a.lab,
-                st.hosts.iter().map(|h| h.name.as_str()).collect::<Vec<_>>().join(", ")
+                st.hosts
+                    .iter()
+                    .map(|h| h.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )
         })?;
     let path = std::path::absolute(&a.write).unwrap_or(a.write.clone());
@@ -67,7 +71,11 @@ pub fn run(a: CaptureArgs, prefix: &str, global: Global) -> anyhow::Result<i32> 
             "capturing on {host}:{iface} of lab {} to {}{}",
             a.lab,
             path.display(),
-            if a.duration.is_some() { "" } else { " (Ctrl-C stops)" }
+            if a.duration.is_some() {
+                ""
+            } else {
+                " (Ctrl-C stops)"
+            }
         );
     }
     let started = Instant::now();
