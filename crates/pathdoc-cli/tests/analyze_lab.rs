@@ -82,7 +82,9 @@ fn tshark_flags(file: &Path) -> PerFrame {
     let mut cmd = Command::new("tshark");
     cmd.args(["-n", "-r"]).arg(file).args([
         "-Y",
-        "tcp",
+        // ICMP errors quoting a TCP header match `tcp` in tshark (with the quoted stream's
+        // number); `--flags` lists TCP segments only.
+        "tcp && !icmp && !icmpv6",
         "-T",
         "fields",
         "-E",
