@@ -310,13 +310,9 @@ impl Analyzer {
         if let Some(conn) = self.conns.get_mut(&key) {
             let d = conn.dir_of(&src);
             if syn_only {
-                match conn.state.syn_reuses_ports(d, tcp.seq) {
-                    Some(true) => {
-                        replace = true;
-                        preset.set(Flags::REUSED_PORTS);
-                    }
-                    Some(false) => preset.set(Flags::REUSED_PORTS),
-                    None => {}
+                if conn.state.syn_reuses_ports(d, tcp.seq) {
+                    replace = true;
+                    preset.set(Flags::REUSED_PORTS);
                 }
             } else if syn_ack && conn.state.synack_reuses_ports(d, tcp.seq) {
                 preset.set(Flags::REUSED_PORTS);

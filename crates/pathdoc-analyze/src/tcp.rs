@@ -308,20 +308,12 @@ impl ConnState {
         }
     }
 
-    /// A SYN without ACK on a known connection: `Some(true)` if it starts a new connection (a
-    /// different initial sequence number), `Some(false)` if it repeats the first SYN (Wireshark
-    /// then rewinds the expected sequence number and still marks the ports as reused).
-    pub fn syn_reuses_ports(&mut self, d: usize, seq: u32) -> Option<bool> {
-        let fwd = &mut self.flows[d];
-        if !fwd.base_seq_set {
-            return None;
-        }
-        if seq != fwd.base_seq {
-            Some(true)
-        } else {
-            fwd.nextseq = fwd.maxseqtobeacked;
-            Some(false)
-        }
+    /// A SYN without ACK on a known connection starts a new one when its initial sequence
+    /// number differs (Wireshark 4.0 treats a repeated SYN as a plain retransmission; later
+    /// versions also mark it "ports reused").
+    pub fn syn_reuses_ports(&self, d: usize, seq: u32) -> bool {
+        let fwd = &self.flows[d];
+        fwd.base_seq_set && seq != fwd.base_seq
     }
 
     /// A SYN-ACK whose sequence number differs from the direction's base: Wireshark adopts it
