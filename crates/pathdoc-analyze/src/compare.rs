@@ -576,11 +576,13 @@ pub fn findings(c: &Comparison) -> Vec<Finding> {
                     d.direction.arrow(),
                     if d.lost_after_idle_s.is_some() { ": a NAT or firewall on the path forgot the idle connection (RFC 5382 REQ-5 asks for ≥ 2 h 4 min)" } else { "" }
                 ))
-                .remedy(if d.lost_after_idle_s.is_some() {
-                    Remedy::new("Keep the connection busier than the path's idle timeout (ssh: ServerAliveInterval 60; or net.ipv4.tcp_keepalive_time below the timeout), and have the NAT's timeout raised to ≥ 2 h 4 min").on(Host::Router { hop: None, address: None })
-                } else {
-                    Remedy::new("Look for the drop between the two capture points: interface error and drop counters, policers, firewall rules, a duplex mismatch").on(Host::Router { hop: None, address: None })
-                });
+                ;
+            let f = if d.lost_after_idle_s.is_some() {
+                f.remedy(Remedy::new("Keep the connection busier than the path's idle timeout: for SSH, in ~/.ssh/config").on(Host::Client).with_command("ServerAliveInterval 60"))
+                    .remedy(Remedy::new("Raise the NAT's or firewall's established-TCP timeout to at least 2 h 4 min (7440 s); if the device is the provider's, report the RFC 5382 REQ-5 violation").on(Host::Router { hop: None, address: None }).with_command("sysctl -w net.netfilter.nf_conntrack_tcp_timeout_established=7440"))
+            } else {
+                f.remedy(Remedy::new("Look for the drop between the two capture points: interface error and drop counters, policers, firewall rules, a duplex mismatch").on(Host::Router { hop: None, address: None }))
+            };
             out.push(f);
         }
         for (who, (a, b)) in [("client", p.client_syn_mss), ("server", p.server_syn_mss)] {
