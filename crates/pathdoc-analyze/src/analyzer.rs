@@ -73,20 +73,30 @@ impl Default for Options {
     }
 }
 
-/// Canonical (direction-free) connection key.
+/// Canonical (direction-free) connection key: both ends as 128-bit addresses (IPv4 mapped)
+/// with their ports, lower end first — cheap to hash and compare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct ConnKey {
-    lo: (IpAddr, u16),
-    hi: (IpAddr, u16),
+    lo: u128,
+    hi: u128,
+    ports: u32,
+}
+
+fn addr_bits(a: IpAddr) -> u128 {
+    match a {
+        IpAddr::V4(v4) => u128::from(u32::from(v4)) | (0xffff << 32),
+        IpAddr::V6(v6) => u128::from(v6),
+    }
 }
 
 impl ConnKey {
     fn new(a: Endpoint, b: Endpoint) -> Self {
-        let (x, y) = ((a.addr, a.port), (b.addr, b.port));
-        if x <= y {
-            ConnKey { lo: x, hi: y }
-        } else {
-            ConnKey { lo: y, hi: x }
+        let (x, y) = ((addr_bits(a.addr), a.port), (addr_bits(b.addr), b.port));
+        let (lo, hi) = if x <= y { (x, y) } else { (y, x) };
+        ConnKey {
+            lo: lo.0,
+            hi: hi.0,
+            ports: (u32::from(lo.1) << 16) | u32::from(hi.1),
         }
     }
 }

@@ -55,8 +55,8 @@ pub enum CaptureFormat {
 /// Why a capture could not be read (further).
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
-    #[error("cannot open {name}: {source}")]
-    Open { name: String, source: io::Error },
+    #[error("cannot open {name}: {cause}")]
+    Open { name: String, cause: io::Error },
     #[error("{name} is empty (no capture header)")]
     Empty { name: String },
     #[error("{name} is not a pcap or pcapng capture (first bytes: {head})")]
@@ -144,6 +144,8 @@ pub struct CaptureReader {
     inner: Box<dyn PcapReaderIterator + Send>,
     /// Bytes of the last returned block still to consume.
     pending: usize,
+    /// Current buffer size.
+    capacity: usize,
     legacy: Option<Interface>,
     interfaces: Vec<Interface>,
     packets: u64,
@@ -180,15 +182,22 @@ enum Step {
 impl CaptureReader {
     /// Open a file by name (`-` is standard input) and read its header.
     pub fn open(name: &str) -> Result<CaptureReader, CaptureError> {
-        let input = crate::source::open_input(name).map_err(|source| CaptureError::Open {
+        let input = crate::source::open_input(name).map_err(|cause| CaptureError::Open {
             name: name.to_string(),
-            source,
+            cause,
         })?;
         CaptureReader::new(input)
     }
 
     /// Read the header of an opened input.
     pub fn new(input: Input) -> Result<CaptureReader, CaptureError> {
+        CaptureReader::with_buffer(input, INITIAL_BUFFER)
+    }
+
+    /// The same with a given initial buffer size (it still grows for larger records, up to
+    /// 16 MiB); small buffers make fuzzing fast.
+    pub fn with_buffer(input: Input, initial: usize) -> Result<CaptureReader, CaptureError> {
+        let initial = initial.clamp(4096, MAX_BUFFER);
         let Input {
             name,
             kind,
@@ -208,7 +217,7 @@ impl CaptureReader {
             inner: reader,
             head: head.clone(),
         };
-        let inner = match pcap_parser::create_reader(INITIAL_BUFFER, recorder) {
+        let inner = match pcap_parser::create_reader(initial, recorder) {
             Ok(r) => r,
             Err(PcapError::Eof) => return Err(CaptureError::Empty { name }),
             Err(PcapError::ReadError) => {
@@ -243,6 +252,7 @@ impl CaptureReader {
             format: CaptureFormat::PcapNg,
             inner,
             pending: 0,
+            capacity: initial,
             legacy: None,
             interfaces: Vec::new(),
             packets: 0,
@@ -445,15 +455,36 @@ impl CaptureReader {
         })
     }
 
+    /// Length of the record at the head of the buffer, from its header.
+    fn record_len(&self) -> Option<usize> {
+        let data = self.inner.data();
+        let field = |at: usize, be: bool| -> Option<usize> {
+            let b: [u8; 4] = data.get(at..at + 4)?.try_into().ok()?;
+            Some(if be {
+                u32::from_be_bytes(b)
+            } else {
+                u32::from_le_bytes(b)
+            } as usize)
+        };
+        match self.format {
+            CaptureFormat::Pcap { big_endian, .. } => field(8, big_endian).map(|c| c + 16),
+            CaptureFormat::PcapNg => field(4, self.ng_big_endian),
+        }
+    }
+
     fn grow(&mut self) -> Result<(), CaptureError> {
-        let current = self.inner.data().len().max(INITIAL_BUFFER);
+        let current = self.capacity;
+        // A length beyond the limit is corrupt at once; otherwise grow step by step, so a bogus
+        // length near the end of a short file costs little before the end of input shows it.
+        let needed = self.record_len().unwrap_or(0);
         let wanted = (current * 2).min(MAX_BUFFER);
-        if current >= MAX_BUFFER || !self.inner.grow(wanted) {
+        if needed > MAX_BUFFER || current >= MAX_BUFFER || !self.inner.grow(wanted) {
             return Err(self.corrupt(format!(
                 "a record claims to be larger than {} MiB",
                 MAX_BUFFER >> 20
             )));
         }
+        self.capacity = wanted;
         self.refill()
     }
 

@@ -85,6 +85,9 @@ pub fn from_reader(
     } else {
         Box::new(peek)
     };
+    // Reading (and decompressing) runs on its own thread, ahead of the parser: on two cores the
+    // kernel's copy into user space and gunzip overlap with the analysis.
+    let decoded: Box<dyn Read + Send> = Box::new(ReadAhead::spawn(decoded));
     Input {
         name: name.to_string(),
         kind,
@@ -97,6 +100,105 @@ pub fn from_reader(
             last_error,
             probed: false,
         }),
+    }
+}
+
+/// Chunks read ahead by a background thread (bounded: [`READ_AHEAD_CHUNKS`] of
+/// [`READ_AHEAD_CHUNK`] bytes), their buffers recycled so nothing is allocated per chunk.
+struct ReadAhead {
+    chunks: std::sync::mpsc::Receiver<io::Result<Vec<u8>>>,
+    recycle: std::sync::mpsc::Sender<Vec<u8>>,
+    current: Vec<u8>,
+    pos: usize,
+    done: bool,
+}
+
+const READ_AHEAD_CHUNK: usize = 1 << 20;
+const READ_AHEAD_CHUNKS: usize = 4;
+
+impl ReadAhead {
+    fn spawn(mut inner: Box<dyn Read + Send>) -> Self {
+        let (tx, chunks) = std::sync::mpsc::sync_channel::<io::Result<Vec<u8>>>(READ_AHEAD_CHUNKS);
+        let (recycle, recycled) = std::sync::mpsc::channel::<Vec<u8>>();
+        std::thread::Builder::new()
+            .name("pathdoc-read".into())
+            .spawn(move || loop {
+                let mut buf = recycled
+                    .try_recv()
+                    .unwrap_or_else(|_| Vec::with_capacity(READ_AHEAD_CHUNK));
+                buf.resize(READ_AHEAD_CHUNK, 0);
+                let mut filled = 0;
+                let result = loop {
+                    match inner.read(&mut buf[filled..]) {
+                        Ok(0) => break Ok(()),
+                        Ok(n) => {
+                            filled += n;
+                            // Hand over what a pipe delivered rather than wait for a full chunk.
+                            if filled == buf.len() || filled >= 64 * 1024 {
+                                break Ok(());
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => break Err(e),
+                    }
+                };
+                buf.truncate(filled);
+                let end = filled == 0;
+                match result {
+                    Ok(()) => {
+                        if tx.send(Ok(buf)).is_err() || end {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        if filled > 0 && tx.send(Ok(buf)).is_err() {
+                            return;
+                        }
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                }
+            })
+            .expect("spawning the capture reader thread");
+        ReadAhead {
+            chunks,
+            recycle,
+            current: Vec::new(),
+            pos: 0,
+            done: false,
+        }
+    }
+}
+
+impl Read for ReadAhead {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.pos >= self.current.len() {
+            if self.done {
+                return Ok(0);
+            }
+            match self.chunks.recv() {
+                Ok(Ok(chunk)) => {
+                    let old = std::mem::replace(&mut self.current, chunk);
+                    let _ = self.recycle.send(old);
+                    self.pos = 0;
+                    if self.current.is_empty() {
+                        self.done = true;
+                    }
+                }
+                Ok(Err(e)) => {
+                    self.done = true;
+                    return Err(e);
+                }
+                Err(_) => {
+                    self.done = true;
+                    return Ok(0);
+                }
+            }
+        }
+        let n = (self.current.len() - self.pos).min(buf.len());
+        buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
     }
 }
 

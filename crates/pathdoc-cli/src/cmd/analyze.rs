@@ -70,6 +70,7 @@ pub fn run(args: AnalyzeArgs, global: Global) -> anyhow::Result<i32> {
     let mut flags_out = args.flags.then(|| FlagsTable::new());
     let pass = analyze_file(name, opts, &progress, flags_out.as_mut())?;
     progress.finish();
+    warn_damage(&pass);
     if let Some(mut t) = flags_out {
         t.flush();
         let report = build_report(&[pass], None);
@@ -78,6 +79,13 @@ pub fn run(args: AnalyzeArgs, global: Global) -> anyhow::Result<i32> {
     let report = build_report(&[pass], None);
     render(&report, global);
     Ok(exit_code(&report))
+}
+
+/// A damaged capture is also said on stderr, whatever the report shows.
+fn warn_damage(pass: &Pass) {
+    if let Some(e) = &pass.error {
+        eprintln!("pathdoc: warning: {e}");
+    }
 }
 
 fn exit_code(report: &Report) -> i32 {
@@ -474,6 +482,7 @@ fn run_pair(args: &AnalyzeArgs, global: Global) -> anyhow::Result<i32> {
     )
     .context("comparing the two captures")?;
     progress.finish();
+    passes.iter().for_each(warn_damage);
     let report = build_report(&passes, Some(comparison));
     render(&report, global);
     let _ = std::io::stderr().is_terminal();
