@@ -10,7 +10,7 @@ use pathdoc_capture::Packet;
 use pathdoc_core::Finding;
 use serde::Serialize;
 
-use crate::conn::{Connection, Endpoint};
+use crate::conn::{Connection, Endpoint, SegmentIn};
 use crate::diagnose;
 use crate::flags::Flags;
 use crate::stats::FlagCounts;
@@ -43,12 +43,8 @@ impl Filter {
 
     fn matches(&self, c: &Connection) -> bool {
         (self.ids.is_empty() || self.ids.contains(&c.id))
-            && self
-                .host
-                .map_or(true, |h| c.ends.iter().any(|e| e.addr == h))
-            && self
-                .port
-                .map_or(true, |p| c.ends.iter().any(|e| e.port == p))
+            && self.host.is_none_or(|h| c.ends.iter().any(|e| e.addr == h))
+            && self.port.is_none_or(|p| c.ends.iter().any(|e| e.port == p))
     }
 }
 
@@ -229,7 +225,7 @@ impl Analyzer {
         t.wire_bytes += u64::from(pkt.orig_len);
         self.first_ns.get_or_insert(pkt.ts_ns);
         self.last_ns = self.last_ns.max(pkt.ts_ns);
-        if t.packets % SWEEP_EVERY == 0 {
+        if t.packets.is_multiple_of(SWEEP_EVERY) {
             self.sweep(pkt.ts_ns);
         }
         if !pkt.link.supported() {
@@ -262,13 +258,15 @@ impl Analyzer {
                 let dir = conn.dir_of(&src);
                 let out = conn.on_segment(
                     dir,
-                    pkt.ts_ns,
-                    &tcp,
-                    seg_len,
-                    d.ip.ttl,
-                    d.ip.total_len,
-                    preset,
-                    pkt.number,
+                    &SegmentIn {
+                        ts: pkt.ts_ns,
+                        tcp: &tcp,
+                        seg_len,
+                        ttl: d.ip.ttl,
+                        ip_len: d.ip.total_len,
+                        preset,
+                        frame: pkt.number,
+                    },
                 );
                 Some(PacketRecord {
                     number: pkt.number,

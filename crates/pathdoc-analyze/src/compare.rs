@@ -171,12 +171,20 @@ struct Rec {
     dir: u8,
 }
 
+/// Packets kept from one capture, per stream, and the capture's time span.
+struct Collected {
+    recs: HashMap<u64, Vec<Rec>>,
+    truncated: bool,
+    first: i64,
+    last: i64,
+}
+
 /// Re-read a capture keeping the packets of the given streams (stream → client endpoint text).
 fn collect(
     path: &str,
     streams: &HashMap<u64, String>,
     cancel: &dyn Fn() -> bool,
-) -> Result<(HashMap<u64, Vec<Rec>>, bool, i64, i64), CompareError> {
+) -> Result<Collected, CompareError> {
     let mut reader = CaptureReader::open(path)?;
     let mut analyzer = Analyzer::new(Options::default());
     let mut out: HashMap<u64, Vec<Rec>> = HashMap::new();
@@ -193,7 +201,7 @@ fn collect(
         };
         first.get_or_insert(packet.ts_ns);
         last = last.max(packet.ts_ns);
-        if packet.number % 8192 == 0 && cancel() {
+        if packet.number.is_multiple_of(8192) && cancel() {
             break;
         }
         let Some(r): Option<PacketRecord> = analyzer.process(&packet) else {
@@ -228,7 +236,12 @@ fn collect(
         });
         kept += 1;
     }
-    Ok((out, truncated, first.unwrap_or(0), last))
+    Ok(Collected {
+        recs: out,
+        truncated,
+        first: first.unwrap_or(0),
+        last,
+    })
 }
 
 /// Compare two capture files whose first passes are `near` and `far`. `only` restricts to
@@ -250,8 +263,18 @@ pub fn compare_files(
         .iter()
         .map(|(_, f, _)| (f.id, f.client.clone()))
         .collect();
-    let (near_recs, near_trunc, near_first, near_last) = collect(near_path, &near_streams, cancel)?;
-    let (far_recs, far_trunc, far_first, far_last) = collect(far_path, &far_streams, cancel)?;
+    let Collected {
+        recs: near_recs,
+        truncated: near_trunc,
+        first: near_first,
+        last: near_last,
+    } = collect(near_path, &near_streams, cancel)?;
+    let Collected {
+        recs: far_recs,
+        truncated: far_trunc,
+        first: far_first,
+        last: far_last,
+    } = collect(far_path, &far_streams, cancel)?;
     let mut result = Comparison::default();
     for (n, f, how) in &pairs {
         let empty = Vec::new();

@@ -73,6 +73,21 @@ pub struct Connection {
     pub last_frame: u64,
 }
 
+/// One TCP segment as the connection sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct SegmentIn<'a> {
+    pub ts: i64,
+    pub tcp: &'a TcpInfo,
+    /// Payload length from the IP header.
+    pub seg_len: u32,
+    pub ttl: u8,
+    /// IP packet length.
+    pub ip_len: u32,
+    /// Flags set before the analysis (port reuse).
+    pub preset: Flags,
+    pub frame: u64,
+}
+
 /// The per-packet outcome, for `--flags`.
 #[derive(Debug, Clone, Copy)]
 pub struct PacketOutcome {
@@ -130,17 +145,16 @@ impl Connection {
     }
 
     /// Analyse one TCP segment from direction `d`.
-    pub fn on_segment(
-        &mut self,
-        d: usize,
-        ts: i64,
-        tcp: &TcpInfo,
-        seg_len: u32,
-        ip_ttl: u8,
-        ip_len: u32,
-        preset: Flags,
-        frame: u64,
-    ) -> PacketOutcome {
+    pub fn on_segment(&mut self, d: usize, input: &SegmentIn<'_>) -> PacketOutcome {
+        let SegmentIn {
+            ts,
+            tcp,
+            seg_len,
+            ttl: ip_ttl,
+            ip_len,
+            preset,
+            frame,
+        } = *input;
         self.track_idle(d, ts);
         self.icmp_only = false;
         self.frames += 1;
@@ -155,6 +169,7 @@ impl Connection {
             wscale: tcp.options.wscale,
         };
         let analysis = self.state.analyze(d, &seg, preset);
+        let tcp: &TcpInfo = tcp;
         self.state.after(d, &seg);
         self.note_handshake(d, tcp);
 

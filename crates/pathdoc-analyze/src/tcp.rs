@@ -407,7 +407,7 @@ mod tests {
     #[test]
     fn classic_loss_pattern() {
         let mut c = ConnState::default();
-        let mut run = |c: &mut ConnState, d: usize, s: Segment| {
+        let run = |c: &mut ConnState, d: usize, s: Segment| {
             let a = c.analyze(d, &s, Flags::default());
             c.after(d, &s);
             a
@@ -454,7 +454,7 @@ mod tests {
     #[test]
     fn zero_window_probe_and_its_ack() {
         let mut c = ConnState::default();
-        let mut run = |c: &mut ConnState, d: usize, s: Segment| {
+        let run = |c: &mut ConnState, d: usize, s: Segment| {
             let a = c.analyze(d, &s, Flags::default());
             c.after(d, &s);
             a

@@ -158,7 +158,7 @@ fn corrupt_pcapng_block_names_its_offset() {
     // Give the third packet block an impossible length (smaller than a block header).
     let shb = 28;
     let idb = 12 + 20;
-    let epb = 12 + 20 + ((frames()[0].data.len() + 3) / 4 * 4);
+    let epb = 12 + 20 + frames()[0].data.len().div_ceil(4) * 4;
     let third = shb + idb + 2 * epb;
     bytes[third + 4..third + 8].copy_from_slice(&8u32.to_le_bytes());
     let (pkts, err) = read_all(bytes);

@@ -14,21 +14,12 @@ use crate::error::LabError;
 use crate::lab::Lab;
 
 /// How to capture.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct CaptureOptions {
     /// Bytes kept of each packet (tcpdump `-s`); 0 keeps whole packets.
     pub snaplen: u32,
     /// A pcap filter expression (tcpdump syntax), e.g. `tcp or icmp`.
     pub filter: Option<String>,
-}
-
-impl Default for CaptureOptions {
-    fn default() -> Self {
-        CaptureOptions {
-            snaplen: 0,
-            filter: None,
-        }
-    }
 }
 
 /// The interface a host's capture uses by default: the one towards the server (the server's

@@ -67,7 +67,7 @@ pub fn run(args: AnalyzeArgs, global: Global) -> anyhow::Result<i32> {
         list_all: args.all,
         ..Options::default()
     };
-    let mut flags_out = args.flags.then(|| FlagsTable::new());
+    let mut flags_out = args.flags.then(FlagsTable::new);
     let pass = analyze_file(name, opts, &progress, flags_out.as_mut())?;
     progress.finish();
     warn_damage(&pass);
@@ -151,7 +151,7 @@ pub fn analyze_file(
                 break; // stdout closed (e.g. `| head`): nothing more to print
             }
         }
-        if number % 8192 == 0 {
+        if number.is_multiple_of(8192) {
             if INTERRUPTED.load(Ordering::Relaxed) {
                 interrupted = true;
                 break;

@@ -79,7 +79,7 @@ pub fn run(a: CaptureArgs, prefix: &str, global: Global) -> anyhow::Result<i32> 
         );
     }
     let started = Instant::now();
-    while !STOP.load(Ordering::SeqCst) && a.duration.map_or(true, |d| started.elapsed() < d) {
+    while !STOP.load(Ordering::SeqCst) && a.duration.is_none_or(|d| started.elapsed() < d) {
         std::thread::sleep(Duration::from_millis(100));
     }
     let stats = running.stop()?;
