@@ -174,7 +174,23 @@ pub struct CaptureAnalysis {
     pub icmp: Vec<IcmpEvent>,
     /// Findings of connections beyond the listing limit, counted by id.
     pub unlisted_finding_ids: Vec<(String, u64)>,
+    /// Findings about all connections between two hosts (loss concentrated in one direction).
+    pub host_findings: Vec<Finding>,
 }
+
+/// Data and retransmitted segments per direction between two hosts, over all their connections.
+#[derive(Debug, Clone, Default)]
+pub struct HostPairLoss {
+    pub connections: u64,
+    /// [client→server, server→client]
+    pub data: [u64; 2],
+    pub retransmitted: [u64; 2],
+    pub duplicate_acks: [u64; 2],
+    pub best_goodput: [f64; 2],
+}
+
+/// Host pairs tracked for the direction comparison.
+const MAX_HOST_PAIRS: usize = 10_000;
 
 /// The streaming analyzer.
 pub struct Analyzer {
@@ -187,6 +203,7 @@ pub struct Analyzer {
     listed: Vec<Listed>,
     icmp: Vec<IcmpEvent>,
     unlisted: HashMap<String, u64>,
+    host_pairs: HashMap<(String, String), HostPairLoss>,
 }
 
 impl std::fmt::Debug for Analyzer {
@@ -210,6 +227,7 @@ impl Analyzer {
             listed: Vec::new(),
             icmp: Vec::new(),
             unlisted: HashMap::new(),
+            host_pairs: HashMap::new(),
         }
     }
 
@@ -446,6 +464,7 @@ impl Analyzer {
         let summary = summarize(&c, start);
         self.totals.flags.merge(&summary.client_to_server.flags);
         self.totals.flags.merge(&summary.server_to_client.flags);
+        self.note_host_pair(&c, &summary);
         let findings = diagnose::connection(&summary);
         let has_findings = findings
             .iter()
@@ -477,6 +496,28 @@ impl Analyzer {
         }
     }
 
+    fn note_host_pair(&mut self, c: &Connection, s: &ConnSummary) {
+        let (client, _) = c.client_dir();
+        let key = (
+            c.ends[client].addr.to_string(),
+            c.ends[1 - client].addr.to_string(),
+        );
+        if !self.host_pairs.contains_key(&key) && self.host_pairs.len() >= MAX_HOST_PAIRS {
+            return;
+        }
+        let e = self.host_pairs.entry(key).or_default();
+        e.connections += 1;
+        for (i, d) in [&s.client_to_server, &s.server_to_client]
+            .into_iter()
+            .enumerate()
+        {
+            e.data[i] += d.data_packets;
+            e.retransmitted[i] += d.flags.all_retransmissions();
+            e.duplicate_acks[i] += d.flags.duplicate_ack;
+            e.best_goodput[i] = e.best_goodput[i].max(d.goodput_bps.unwrap_or(0.0));
+        }
+    }
+
     /// End of the capture: retire everything and return the result.
     pub fn finish(mut self) -> CaptureAnalysis {
         let mut rest: Vec<Box<Connection>> = self.conns.drain().map(|(_, c)| c).collect();
@@ -489,11 +530,18 @@ impl Analyzer {
         self.totals.last_epoch_s = self.first_ns.map(|_| self.last_ns as f64 / 1e9);
         let mut unlisted: Vec<(String, u64)> = self.unlisted.into_iter().collect();
         unlisted.sort();
+        let mut pairs: Vec<_> = self.host_pairs.into_iter().collect();
+        pairs.sort_by(|a, b| a.0.cmp(&b.0));
+        let host_findings = pairs
+            .iter()
+            .filter_map(|((c, s), l)| diagnose::host_pair_loss(c, s, l))
+            .collect();
         CaptureAnalysis {
             totals: self.totals,
             listed: self.listed,
             icmp: self.icmp,
             unlisted_finding_ids: unlisted,
+            host_findings,
         }
     }
 }

@@ -6,6 +6,7 @@
 use pathdoc_core::units::{format_bytes, format_duration, format_rate};
 use pathdoc_core::{Direction, Evidence, Finding, Host, Quantity, Remedy, Status};
 
+use crate::analyzer::HostPairLoss;
 use crate::summary::{ConnSummary, DirSummary, EndState};
 
 pub const CHECK: &str = "analyze";
@@ -674,4 +675,71 @@ fn offload_artefacts(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
         s.sender, s.receiver
     ));
     out.push(f);
+}
+
+/// Seed 001 across connections: between two hosts, one direction loses segments and the other
+/// does not (a duplex mismatch, a policer or a bad link in one direction).
+pub fn host_pair_loss(client: &str, server: &str, l: &HostPairLoss) -> Option<Finding> {
+    if l.data[0] < MIN_DATA_SEGMENTS || l.data[1] < MIN_DATA_SEGMENTS {
+        return None;
+    }
+    let p = [
+        l.retransmitted[0] as f64 / l.data[0] as f64,
+        l.retransmitted[1] as f64 / l.data[1] as f64,
+    ];
+    let (bad, good) = if p[0] >= p[1] { (0, 1) } else { (1, 0) };
+    if p[bad] < LOSS_WARN || p[good] * 4.0 >= p[bad] {
+        return None;
+    }
+    let arrow = |i: usize| {
+        if i == 0 {
+            "client→server"
+        } else {
+            "server→client"
+        }
+    };
+    let dir = if bad == 0 {
+        Direction::ClientToServer
+    } else {
+        Direction::ServerToClient
+    };
+    let f = Finding::new(
+        CHECK,
+        "loss-concentrated-one-direction",
+        Status::Fail,
+        format!(
+            "{client} ⇄ {server}: {:.1} % of segments lost {} but {:.2} % {} (over {} connections)",
+            p[bad] * 100.0,
+            arrow(bad),
+            p[good] * 100.0,
+            arrow(good),
+            l.connections
+        ),
+    )
+    .direction(dir)
+    .requirement("a healthy path loses alike (and well under 1 %) in both directions; loss in one direction only points at one link direction or device")
+    .evidence(Evidence::new(format!("{} retransmitted share", arrow(bad)), pct(p[bad])).with_detail(format!("{} of {} data segments", l.retransmitted[bad], l.data[bad])))
+    .evidence(Evidence::new(format!("{} retransmitted share", arrow(good)), pct(p[good])).with_detail(format!("{} of {} data segments", l.retransmitted[good], l.data[good])))
+    .evidence(Evidence::new(format!("best {} goodput", arrow(bad)), Quantity::Goodput(l.best_goodput[bad])))
+    .evidence(Evidence::new(format!("best {} goodput", arrow(good)), Quantity::Goodput(l.best_goodput[good])))
+    .summary(format!(
+        "Between {client} (client) and {server} (server), data {} is sent again {:.1} times as often as data {} ({:.2} % against {:.2} %){}. Loss confined to one direction is the signature of a duplex mismatch (the half-duplex end drops frames while it transmits), a policer on one side, or a faulty link, NIC or transceiver in one direction — not of congestion, which hits the busier direction of any path.",
+        arrow(bad),
+        p[bad] / p[good].max(1e-6),
+        arrow(good),
+        p[bad] * 100.0,
+        p[good] * 100.0,
+        if l.best_goodput[good] > 0.0 {
+            format!("; goodput {} vs {}", format_rate(l.best_goodput[bad]), format_rate(l.best_goodput[good]))
+        } else {
+            String::new()
+        }
+    ))
+    .remedy(
+        Remedy::new("Compare both ends of every link for a duplex mismatch and errors; both must autonegotiate (or be fixed to the same speed and duplex)")
+            .on(Host::BothEnds)
+            .with_command("ethtool IFACE | grep -E 'Speed|Duplex'; ip -s link show IFACE"),
+    )
+    .remedy(Remedy::new(format!("Look for a policer or a failing port in the {} direction", arrow(bad))).on(Host::Router { hop: None, address: None }));
+    Some(f)
 }

@@ -305,6 +305,10 @@ fn slow_lossy_duplex_loses_client_to_server_only() {
     }
     let ev = loss[0]["evidence"].to_string();
     assert!(ev.contains("duplicate ACKs from the server"), "{ev}");
+    // Upload and download between the same hosts: the loss is concentrated client→server.
+    let both = with_id(&report, "loss-concentrated-one-direction");
+    assert_eq!(both.len(), 1, "{:?}", problems(&report));
+    assert_eq!(both[0]["direction"], "client-to-server", "{:#}", both[0]);
 }
 
 #[test]

@@ -243,6 +243,9 @@ fn build_report(passes: &[Pass], comparison: Option<compare::Comparison>) -> Rep
             for l in &p.analysis.listed {
                 report.findings.extend(l.findings.iter().cloned());
             }
+            report
+                .findings
+                .extend(p.analysis.host_findings.iter().cloned());
         }
         if t.connections > 0 {
             report.findings.push(overview_finding(p, side));
