@@ -10,7 +10,7 @@
 # The capture: a NAT path with 0.5 % loss and 1 ms ± 0.5 ms delay (reordering), iperf3 runs of
 # 32 parallel CUBIC streams for 2 s each, alternating directions, recorded on the NAT's WAN side
 # until the file reaches SIZE_MIB. Kept in $BENCH_DIR (default /tmp/pathdoc-bench-analyze) and
-# reused by later runs. Needs root (the lab), tcpdump, iperf3, tshark, python3.
+# reused by later runs. Needs root (the lab), tcpdump, iperf3, tshark, python3, GNU time.
 # Run it under the shared lock: flock /tmp/pathdoc-timing.lock scripts/bench-analyze.sh
 set -euo pipefail
 SIZE_MIB=${1:-1024}
@@ -60,19 +60,19 @@ TOML
 
 [ -f "$FILE" ] || make_capture
 
-# Elapsed seconds and peak RSS (KiB) of a command, its output discarded.
+# Elapsed seconds and peak RSS (KiB) of a command, its output discarded (GNU time: package `time`).
 measure() {
-  python3 - "$@" <<'PY'
-import resource, subprocess, sys, time
-t = time.monotonic()
-subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-print(f"{time.monotonic() - t:.3f} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}")
-PY
+  local out
+  out=$(mktemp)
+  /usr/bin/time -f "%e %M" -o "$out" "$@" >/dev/null 2>&1 || true
+  tail -1 "$out"
+  rm -f "$out"
 }
 
 bytes=$(stat -c %s "$FILE")
 cat "$FILE" > /dev/null   # warm the page cache: every tool reads from memory
-packets=$("$PATHDOC" analyze --json "$FILE" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["data"]["analyze"]["captures"][0]["totals"]["packets"], d["data"]["analyze"]["captures"][0]["totals"]["connections"])')
+# (exit 1 when the capture has findings: not an error here)
+packets=$({ "$PATHDOC" analyze --json "$FILE" || true; } | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["data"]["analyze"]["captures"][0]["totals"]["packets"], d["data"]["analyze"]["captures"][0]["totals"]["connections"])')
 read -r npk nconn <<<"$packets"
 echo "capture: $FILE, $((bytes / 1048576)) MiB, $npk packets, $nconn TCP connections; $(nproc) CPUs, $(tshark --version | head -1)"
 printf '%-34s %9s %12s %10s %13s\n' tool seconds "packets/s" "MiB/s" "peak RSS MiB"

@@ -12,6 +12,7 @@ packages=(
   iputils-tracepath
   tcpdump
   tshark          # the reference `pathdoc analyze` is tested and benchmarked against
+  time            # GNU time: peak RSS in scripts/bench-analyze.sh
   ethtool         # offload settings on lab links
   procps          # sysctl
   kmod            # modprobe for nf_conntrack, tun, sch_tbf

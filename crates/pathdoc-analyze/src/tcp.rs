@@ -228,10 +228,10 @@ impl ConnState {
             fwd.dupacknum = 0;
         }
 
-        // ACKed unseen segment, reported once per gap.
+        // ACKed unseen segment: flagged when the mark of contiguous data seen can move up to
+        // the highest sequence number seen; otherwise once until this side's ACK changes.
         if rev.maxseqtobeacked != 0 && seq_gt(ack, rev.maxseqtobeacked) && flags & TH_ACK != 0 {
-            // Wireshark compares these two as plain unsigned numbers.
-            if rev.maxseqtobeacked > rev.nextseq {
+            if seq_lt(rev.maxseqtobeacked, rev.nextseq) {
                 rev.maxseqtobeacked = rev.nextseq;
                 f.set(Flags::ACK_LOST_SEGMENT);
             } else {

@@ -348,3 +348,22 @@ fn no_handshake_ipv6_ext_vlan_sll2_and_snaplen() {
     let m = check("sll2", pcap(276, &frames_sll2, false, false));
     assert!(has(&m, 4, "lost_segment") || has(&m, 3, "lost_segment") || m.len() == 5);
 }
+
+#[test]
+fn acks_of_data_never_captured() {
+    // The capture missed the client's data after its first segment (a tap dropping packets):
+    // the first ACK beyond what was seen is flagged; the following ones, with nothing new
+    // from the client in between, are not.
+    let v = vec![
+        seg(0.0, true, 1000, 0, "S", 64240, 0),
+        seg(10.0, false, 5000, 1001, "SA", 65160, 0),
+        seg(20.0, true, 1001, 5001, "A", 502, 0),
+        seg(21.0, true, 1001, 5001, "A", 502, 100),
+        seg(31.0, false, 5001, 2001, "A", 500, 0),
+        seg(32.0, false, 5001, 3001, "A", 500, 0),
+        seg(33.0, false, 5001, 3001, "A", 500, 0),
+    ];
+    let m = check("unseen", pcap(1, &frames(&v, 40005), false, false));
+    let flagged = m.values().filter(|(_, f)| f.contains("ack_lost_segment")).count();
+    assert_eq!(flagged, 1, "{m:?}");
+}
