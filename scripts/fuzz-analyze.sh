@@ -12,7 +12,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT/fuzz"
 mkdir -p seeds corpus/capture
 if [ -z "$(ls -A seeds)" ]; then
-  tcpdump -i lo -U -w seeds/lo.pcap -c 40 'tcp port 25099' 2>/dev/null &
+  tcpdump -i lo -U -Z root -w seeds/lo.pcap -c 40 'tcp port 25099' 2>/dev/null &
   dump=$!
   sleep 1
   python3 - <<'PY'
@@ -20,10 +20,13 @@ import socket, threading
 srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 srv.bind(("127.0.0.1", 25099)); srv.listen(1)
 def serve():
-    c, _ = srv.accept(); c.sendall(b"x" * 50000); c.close()
+    c, _ = srv.accept(); c.recv(16); c.sendall(b"x" * 50000); c.close()
 threading.Thread(target=serve).start()
 s = socket.create_connection(("127.0.0.1", 25099)); s.sendall(b"hello")
-while s.recv(65536): pass
+try:
+    while s.recv(65536): pass
+except OSError:
+    pass
 PY
   sleep 1
   kill -INT "$dump" 2>/dev/null || true
