@@ -504,7 +504,14 @@ fn pmtu(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) -> bool {
             && st.sizes_bytes.first().copied().unwrap_or(0) >= 576
             && (!st.resolved || st.retransmissions >= 3)
     });
-    let ignored_too_big = tx.icmp_too_big > 0 && tx.oversize_after_too_big >= 3;
+    let shrinking = big_stall.is_some_and(|st| {
+        let v = &st.sizes_bytes;
+        v.len() >= 3 && v.windows(2).all(|w| w[1] < w[0] && w[0] - w[1] <= 128)
+    });
+    // The sender heard "too big" and still sent bigger packets — or crept down step by step
+    // instead of jumping to the reported MTU (seed 003).
+    let ignored_too_big = tx.icmp_too_big > 0
+        && (tx.oversize_after_too_big >= 3 || (shrinking && tx.oversize_after_too_big >= 1));
     if big_stall.is_none() && !ignored_too_big {
         return false;
     }
@@ -537,11 +544,6 @@ fn pmtu(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) -> bool {
         format_duration(std::time::Duration::from_secs_f64(st.duration_s.max(0.0))),
         if st.peer_packets > 0 { format!(" while {} smaller packets from the {} got through", st.peer_packets, s.receiver) } else { String::new() }
     ));
-    let shrinking = big_stall.is_some_and(|st| {
-        let v = &st.sizes_bytes;
-        v.len() >= 3 && v.windows(2).all(|w| w[1] < w[0] && w[0] - w[1] <= 128)
-    });
-
     if ignored_too_big {
         let m = mtu_icmp.unwrap_or(0);
         let mut f = finding(

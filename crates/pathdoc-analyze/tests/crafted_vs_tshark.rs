@@ -364,6 +364,9 @@ fn acks_of_data_never_captured() {
         seg(33.0, false, 5001, 3001, "A", 500, 0),
     ];
     let m = check("unseen", pcap(1, &frames(&v, 40005), false, false));
-    let flagged = m.values().filter(|(_, f)| f.contains("ack_lost_segment")).count();
+    let flagged = m
+        .values()
+        .filter(|(_, f)| f.contains("ack_lost_segment"))
+        .count();
     assert_eq!(flagged, 1, "{m:?}");
 }
