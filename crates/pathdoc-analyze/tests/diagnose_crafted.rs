@@ -166,7 +166,7 @@ fn too_big_ignored_and_shrinking_retransmissions() {
     let mut f = handshake();
     // The server sends 1448-byte segments; a router answers each with "fragmentation needed,
     // MTU 1420"; the server keeps resending, 40 bytes smaller each time (seed 003).
-    let mut icmp_for = |ms: i64, quoted: &Frame| {
+    let icmp_for = |ms: i64, quoted: &Frame| {
         let mut body = vec![3u8, 4, 0, 0, 0, 0, 0x05, 0x8c];
         body.extend_from_slice(&quoted.data[14..14 + 28]);
         let mut out = Vec::new();
