@@ -447,3 +447,36 @@ fn idle_death_with_both_ends_names_the_lost_direction() {
         assert_eq!(cmp["nat"], true, "{cmp:#}");
     }
 }
+
+#[test]
+fn lab_capture_command_records_what_crosses_a_hop() {
+    let _serial = support::serial();
+    let (_c, lab) = up("cap", "clean");
+    let dir = Scratch::new("cap");
+    let file = dir.file("hop1.pcap");
+    let prefix = support::prefix(STEM, "cap");
+    let child = Command::new(PATHDOC)
+        .args(["lab", "capture", &lab.name(), "hop1:wan0", "-w"])
+        .arg(&file)
+        .args(["--duration", "4s", "--prefix", &prefix, "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let got = traffic::download(&lab, 200_000, Duration::from_secs(3)).unwrap();
+    assert!(got.completed, "{got:?}");
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["packets"].as_u64().unwrap() > 100, "{doc:#}");
+    lab.down().unwrap();
+    let (code, report) = analyze_json(&[&file]);
+    assert_eq!(code, 0, "{report:#}");
+    let conns = &report["data"]["analyze"]["captures"][0]["totals"]["connections"];
+    assert!(conns.as_u64().unwrap() >= 1, "{report:#}");
+}
