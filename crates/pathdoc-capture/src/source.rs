@@ -87,7 +87,8 @@ pub fn from_reader(
     };
     // Reading (and decompressing) runs on its own thread, ahead of the parser: on two cores the
     // kernel's copy into user space and gunzip overlap with the analysis.
-    let decoded: Box<dyn Read + Send> = Box::new(ReadAhead::spawn(decoded));
+    let decoded: Box<dyn Read + Send> =
+        Box::new(ReadAhead::spawn(decoded, kind == InputKind::File));
     Input {
         name: name.to_string(),
         kind,
@@ -106,21 +107,34 @@ pub fn from_reader(
 /// Chunks read ahead by a background thread (bounded: [`READ_AHEAD_CHUNKS`] of
 /// [`READ_AHEAD_CHUNK`] bytes), their buffers recycled so nothing is allocated per chunk.
 struct ReadAhead {
-    chunks: std::sync::mpsc::Receiver<io::Result<Vec<u8>>>,
+    chunks: Option<std::sync::mpsc::Receiver<io::Result<Vec<u8>>>>,
     recycle: std::sync::mpsc::Sender<Vec<u8>>,
     current: Vec<u8>,
     pos: usize,
     done: bool,
+    /// Joined on drop for files (their reads always return); a pipe's thread may sit in a
+    /// read forever, so it is left to end with the process.
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for ReadAhead {
+    fn drop(&mut self) {
+        // Closing the channel makes the reader thread's next send fail, so it stops.
+        self.chunks.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 const READ_AHEAD_CHUNK: usize = 1 << 20;
 const READ_AHEAD_CHUNKS: usize = 4;
 
 impl ReadAhead {
-    fn spawn(mut inner: Box<dyn Read + Send>) -> Self {
+    fn spawn(mut inner: Box<dyn Read + Send>, join_on_drop: bool) -> Self {
         let (tx, chunks) = std::sync::mpsc::sync_channel::<io::Result<Vec<u8>>>(READ_AHEAD_CHUNKS);
         let (recycle, recycled) = std::sync::mpsc::channel::<Vec<u8>>();
-        std::thread::Builder::new()
+        let handle = std::thread::Builder::new()
             .name("pathdoc-read".into())
             .spawn(move || loop {
                 let mut buf = recycled
@@ -161,11 +175,12 @@ impl ReadAhead {
             })
             .expect("spawning the capture reader thread");
         ReadAhead {
-            chunks,
+            chunks: Some(chunks),
             recycle,
             current: Vec::new(),
             pos: 0,
             done: false,
+            thread: join_on_drop.then_some(handle),
         }
     }
 }
@@ -176,7 +191,10 @@ impl Read for ReadAhead {
             if self.done {
                 return Ok(0);
             }
-            match self.chunks.recv() {
+            let Some(chunks) = &self.chunks else {
+                return Ok(0);
+            };
+            match chunks.recv() {
                 Ok(Ok(chunk)) => {
                     let old = std::mem::replace(&mut self.current, chunk);
                     let _ = self.recycle.send(old);
