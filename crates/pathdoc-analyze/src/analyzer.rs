@@ -17,7 +17,7 @@ use crate::stats::FlagCounts;
 use crate::summary::{summarize, ConnSummary};
 
 /// Connections kept in memory at once before the least recently active are retired.
-pub const DEFAULT_MAX_ACTIVE: usize = 100_000;
+pub const DEFAULT_MAX_ACTIVE: usize = 50_000;
 /// Connection summaries with findings kept for the report.
 pub const DEFAULT_MAX_LISTED: usize = 2_000;
 /// A closed connection (FIN both ways or RST) silent this long is retired early.

@@ -333,3 +333,14 @@ impl Connection {
         self.ends[0].addr.is_ipv6()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn connection_is_compact() {
+        // 50 000 open connections must fit well inside the 256 MiB budget.
+        let size = std::mem::size_of::<super::Connection>();
+        eprintln!("Connection: {size} bytes");
+        assert!(size < 3000, "Connection is {size} bytes");
+    }
+}
