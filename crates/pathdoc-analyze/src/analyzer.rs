@@ -347,6 +347,10 @@ impl Analyzer {
             replace = true;
         }
         if replace {
+            // Never hold more than the limit, however many connections arrive between sweeps.
+            if self.conns.len() >= self.opts.max_active {
+                self.sweep(ts);
+            }
             let id = self.next_id;
             self.next_id += 1;
             let fresh = Box::new(Connection::new(id, src, dst, ts, frame));

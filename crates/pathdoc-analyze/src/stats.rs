@@ -8,7 +8,7 @@ use crate::flags::Flags;
 use crate::tcp::{seq_gt, seq_le};
 
 /// How many data segments per direction are timed at once for RTT samples.
-const TIMED: usize = 16;
+const TIMED: usize = 8;
 
 /// Per-flag counters, in [`Flags::NAMES`] order.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
