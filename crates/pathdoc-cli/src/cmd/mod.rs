@@ -5,6 +5,8 @@ pub mod check;
 pub mod check_idle;
 pub mod check_mtu;
 pub mod check_speed;
+pub mod client;
+pub mod docs;
 pub mod lab;
 pub mod lab_capture;
 pub mod lab_delay_line;
