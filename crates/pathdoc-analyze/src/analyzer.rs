@@ -243,7 +243,7 @@ impl Analyzer {
         t.wire_bytes += u64::from(pkt.orig_len);
         self.first_ns.get_or_insert(pkt.ts_ns);
         self.last_ns = self.last_ns.max(pkt.ts_ns);
-        if t.packets.is_multiple_of(SWEEP_EVERY) {
+        if t.packets & (SWEEP_EVERY - 1) == 0 {
             self.sweep(pkt.ts_ns);
         }
         if !pkt.link.supported() {

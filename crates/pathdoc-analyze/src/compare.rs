@@ -201,7 +201,7 @@ fn collect(
         };
         first.get_or_insert(packet.ts_ns);
         last = last.max(packet.ts_ns);
-        if packet.number.is_multiple_of(8192) && cancel() {
+        if packet.number & 8191 == 0 && cancel() {
             break;
         }
         let Some(r): Option<PacketRecord> = analyzer.process(&packet) else {

@@ -151,7 +151,7 @@ pub fn analyze_file(
                 break; // stdout closed (e.g. `| head`): nothing more to print
             }
         }
-        if number.is_multiple_of(8192) {
+        if number & 8191 == 0 {
             if INTERRUPTED.load(Ordering::Relaxed) {
                 interrupted = true;
                 break;
