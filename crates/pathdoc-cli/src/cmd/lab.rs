@@ -65,6 +65,7 @@ enum LabCommand {
     )]
     Demo(DemoArgs),
     /// Record packets on one interface of a lab host (tcpdump in its namespace) for `pathdoc analyze`.
+    #[command(after_help = super::lab_capture::EXAMPLES)]
     Capture(super::lab_capture::CaptureArgs),
     #[command(hide = true, name = "delay-line")]
     DelayLine(super::lab_delay_line::DelayLineArgs),

@@ -12,6 +12,8 @@ use serde_json::json;
 
 use crate::Global;
 
+pub const EXAMPLES: &str = "Examples:\n  pathdoc lab capture demo client -w client.pcap               # until Ctrl-C\n  pathdoc lab capture demo hop1:wan0 -w hop.pcap --duration 30s --snaplen 128\n  pathdoc lab capture demo server -w server.pcap --filter 'tcp or icmp'\nthen: pathdoc analyze client.pcap server.pcap";
+
 #[derive(Args, Debug)]
 pub struct CaptureArgs {
     /// Lab name (see `pathdoc lab status`).
