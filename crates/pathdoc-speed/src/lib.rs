@@ -2,24 +2,53 @@
 //!
 //! - [`client::run_test`] runs one test (upload, download or both; 1..N streams; by time or by
 //!   bytes) against a `pathdoc server` and returns per-direction [`analysis::DirectionResult`]s.
+//! - [`measure::measure`] runs a sequence of tests and turns them into findings and report data
+//!   (shared by `pathdoc speed` and `pathdoc check --throughput`).
 //! - [`service::SpeedService`] is the server side, registered in `pathdoc server`.
-//! - [`analysis`] is the pure diagnosis: receive-window-, send-buffer-, loss- and CPU-limited,
-//!   asymmetry, congestion-control comparison, BDP, Mathis and wire-rate arithmetic.
-//! - [`stream`] holds the per-stream hot loops (sendfile from a memfd, recv with MSG_TRUNC).
+//! - Pure diagnosis: [`phases`] (slow start vs steady state, queues, loss classes), [`analysis`]
+//!   (one limiting-factor verdict per direction), [`verdicts`] (their texts, evidence and
+//!   remedies), [`compare`] (asymmetry, congestion-control comparison), [`model`] (BDP, Mathis,
+//!   CUBIC, wire-rate arithmetic).
+//! - [`stream`] holds the per-stream hot loops (write from one buffer, recv with MSG_TRUNC).
 
 pub mod analysis;
 pub mod client;
+pub mod compare;
 pub mod host;
+pub mod measure;
+pub mod model;
+pub mod phases;
 pub mod service;
 pub mod spec;
 pub mod stream;
+pub mod verdicts;
 
 pub use analysis::{diagnose_asymmetry, diagnose_direction, DirectionResult, CHECK};
 pub use client::{run_test, SpeedError, SpeedOptions, SpeedRun};
+pub use measure::{measure, Measurement};
 pub use service::SpeedService;
 pub use spec::{Direction, Mode};
 
 use pathdoc_core::Finding;
+
+/// Every finding id this crate can emit (docs/throughput.md lists them, with when each appears).
+/// Per-direction verdict ids appear once per measured direction; the finding's `direction`
+/// field (`client-to-server` = upload, `server-to-client` = download) tells them apart.
+pub const FINDING_IDS: &[&str] = &[
+    "upload-rate",
+    "download-rate",
+    "no-data",
+    "cpu-limited",
+    "receive-window-limited",
+    "send-buffer-limited",
+    "loss-limited",
+    "link-limited",
+    "throughput-asymmetry",
+    "loss-asymmetry",
+    "congestion-control-comparison",
+    "throughput-interrupted",
+    "throughput-not-measured",
+];
 
 /// Findings for one run: each direction's rate and limit, and the asymmetry between them.
 pub fn diagnose(run: &SpeedRun) -> Vec<Finding> {
@@ -32,7 +61,7 @@ pub fn diagnose(run: &SpeedRun) -> Vec<Finding> {
         .directions
         .iter()
         .find(|d| d.direction == Direction::Download);
-    if let (Some(u), Some(d)) = (up, down) {
+    if let (Some(u), Some(d), false) = (up, down, run.interrupted) {
         findings.extend(diagnose_asymmetry(u, d));
     }
     findings
