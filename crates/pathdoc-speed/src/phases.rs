@@ -13,9 +13,11 @@
 //! - **Queue**: an interval's smoothed RTT more than [`queue_threshold_us`] above the minimum
 //!   RTT; a **standing queue** is the median steady-state interval queued.
 //! - **Loss at queue overflow** (self-inflicted): retransmissions in an interval that had a queue
-//!   *and* is a burst — at least [`BURST_FACTOR`]× the median retransmissions per interval (so
-//!   the test's other intervals are nearly loss-free). Every other loss is **path loss**: it comes
-//!   without a queue, or steadily, interval after interval, as random or faulty-link loss does.
+//!   *and* is a burst — at least [`BURST_FACTOR`]× the background (the lower median of lost
+//!   segments per interval after slow start), so the test's other intervals are nearly loss-free
+//!   — or the recovery tail of such a burst in the next, still queued, interval. Every other loss
+//!   is **path loss**: it comes without a queue, or steadily, interval after interval, as random
+//!   or faulty-link loss does.
 
 use serde::{Deserialize, Serialize};
 
@@ -216,11 +218,12 @@ pub fn phases(
     } else {
         None
     };
-    let loss = classify_loss(intervals, &queued, threshold, mss);
+    let overflow = overflow_mask(intervals, &queued, slow_start_end.unwrap_or(0));
+    let loss = classify_loss(intervals, &queued, &overflow, threshold, mss);
     let (steady, no_steady_reason) = match steady_start(intervals, slow_start_end) {
         Ok(first) => (
             Some(steady_state(
-                intervals, first, min_rtt_us, threshold, mss, &queued,
+                intervals, first, min_rtt_us, threshold, mss, &overflow,
             )),
             None,
         ),
@@ -282,7 +285,7 @@ fn steady_state(
     min_rtt_us: u32,
     threshold: u32,
     mss: u32,
-    queued: &dyn Fn(usize) -> bool,
+    overflow: &[bool],
 ) -> SteadyState {
     let part = &intervals[first..];
     let full = full_intervals(intervals);
@@ -305,9 +308,8 @@ fn steady_state(
     )
     .unwrap_or(0);
     let queue_delay = rtt.saturating_sub(min_rtt_us);
-    let burst = burst_level(intervals);
     let path_lost_bytes = (first..intervals.len())
-        .filter(|&k| !(queued(k) && is_burst(lost_segments(&intervals[k]), burst)))
+        .filter(|&k| !overflow[k])
         .map(|k| lost_bytes(&intervals[k], mss))
         .sum();
     SteadyState {
@@ -336,30 +338,61 @@ fn steady_state(
     }
 }
 
-/// Lower median of the lost segments per full interval: the background a burst stands out from.
-fn burst_level(intervals: &[Interval]) -> u64 {
-    let full = full_intervals(intervals);
-    let mut v: Vec<u64> = intervals
-        .iter()
-        .zip(&full)
-        .filter(|(_, &f)| f)
-        .map(|(i, _)| lost_segments(i))
+/// Which intervals' losses were the sender overrunning a queue: a burst (at least
+/// [`BURST_FACTOR`]× the background) while the queue stood, or the recovery tail of such a burst
+/// spilling into the next interval (still queued, above the background, no more than the burst).
+fn overflow_mask(
+    intervals: &[Interval],
+    queued: &dyn Fn(usize) -> bool,
+    ramp_end: usize,
+) -> Vec<bool> {
+    let background = background_loss(intervals, ramp_end);
+    let burst: Vec<bool> = (0..intervals.len())
+        .map(|k| {
+            let lost = lost_segments(&intervals[k]);
+            queued(k) && lost > 0 && lost >= BURST_FACTOR * background
+        })
         .collect();
-    v.sort_unstable();
-    v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0)
+    (0..intervals.len())
+        .map(|k| {
+            let lost = lost_segments(&intervals[k]);
+            let tail = k > 0
+                && burst[k - 1]
+                && queued(k)
+                && lost > background
+                && lost <= lost_segments(&intervals[k - 1]);
+            burst[k] || tail
+        })
+        .collect()
 }
 
-fn is_burst(lost: u64, background: u64) -> bool {
-    lost > 0 && lost >= BURST_FACTOR * background
+/// The background loss a burst stands out from: the lower median of lost segments per full
+/// interval after the one in which slow start ended (after the first when that is unknown), so
+/// the slow-start overshoot does not count as background.
+fn background_loss(intervals: &[Interval], ramp_end: usize) -> u64 {
+    let full = full_intervals(intervals);
+    let lost = |from: usize| {
+        let mut v: Vec<u64> = (from..intervals.len())
+            .filter(|&k| full[k])
+            .map(|k| lost_segments(&intervals[k]))
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let mut v = lost(ramp_end + 1);
+    if v.is_empty() {
+        v = lost(0);
+    }
+    v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0)
 }
 
 fn classify_loss(
     intervals: &[Interval],
     queued: &dyn Fn(usize) -> bool,
+    overflow: &[bool],
     threshold: u32,
     mss: u32,
 ) -> LossBreakdown {
-    let background = burst_level(intervals);
     let mut b = LossBreakdown {
         queue_threshold_us: threshold,
         ..LossBreakdown::default()
@@ -371,8 +404,7 @@ fn classify_loss(
             continue;
         }
         let q = queued(k);
-        let overflow = q && is_burst(lost, background);
-        if overflow {
+        if overflow[k] {
             b.overflow_segments += lost;
             b.overflow_intervals += 1;
         } else {

@@ -85,8 +85,15 @@ pub struct PathdocServer {
 impl PathdocServer {
     /// Start it on [`SERVER_PORT`] and return once the client host can connect to it.
     pub fn start(lab: &Lab) -> Self {
+        Self::start_with(lab, &[])
+    }
+
+    /// The same with extra `pathdoc server` flags (e.g. a higher session limit for tests that
+    /// run many checks in a row against one server).
+    pub fn start_with(lab: &Lab, extra: &[&str]) -> Self {
         let mut cmd = lab.command("server", PATHDOC);
         cmd.args(["server", "--listen", &format!("0.0.0.0:{SERVER_PORT}")])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let process = lab.spawn("server", cmd).expect("spawn pathdoc server");
@@ -114,9 +121,14 @@ pub struct ServerLab {
 
 impl ServerLab {
     pub fn up(stem: &str, test: &str, topology: &Topology) -> Self {
+        Self::up_with(stem, test, topology, &[])
+    }
+
+    /// The same with extra `pathdoc server` flags.
+    pub fn up_with(stem: &str, test: &str, topology: &Topology, server_flags: &[&str]) -> Self {
         let cleanup = Cleanup::new(stem, test);
         let lab = Lab::up(topology, &opts(stem, test)).expect("lab up");
-        let server = PathdocServer::start(&lab);
+        let server = PathdocServer::start_with(&lab, server_flags);
         ServerLab {
             server,
             lab,
