@@ -166,7 +166,7 @@ fn error_chain(e: &SpeedError) -> String {
 
 /// Findings of every run, the cross-direction comparison of separate one-way runs, the
 /// congestion-control comparison, and what was interrupted or not measured.
-fn findings(m: &Measurement, compare: bool) -> Vec<Finding> {
+pub(crate) fn findings(m: &Measurement, compare: bool) -> Vec<Finding> {
     let mut out = Vec::new();
     for run in &m.runs {
         let mut fs = crate::diagnose(run);
