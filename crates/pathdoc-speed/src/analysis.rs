@@ -39,6 +39,9 @@ pub const WINDOW_EXPLAINS: f64 = 0.5;
 /// A window or buffer chronograph at or above this share of busy time is strong enough to be
 /// judged even on a host without CPU to spare; below it a busy host makes it ambiguous.
 pub const DOMINANT_FRACTION: f64 = 0.5;
+/// The send buffer can cap the window only when the data in flight is at least this share of its
+/// maximum.
+pub const BUFFER_IN_FLIGHT: f64 = 0.25;
 /// The send buffer binds when the congestion window exceeds the data in flight by this factor
 /// (the congestion control would send more, the buffer holds it back).
 pub const CWND_HEADROOM: f64 = 1.25;
@@ -529,12 +532,25 @@ fn judged_seconds(d: &DirectionResult, b: &Basis) -> f64 {
     }
 }
 
+/// The most the sender's socket buffer may hold: twice an explicit `--window` (the kernel doubles
+/// SO_SNDBUF), else the `tcp_wmem` maximum.
+pub fn send_buffer_max(d: &DirectionResult) -> Option<u64> {
+    d.window_option
+        .map(|w| 2 * u64::from(w))
+        .or(d.sender_tcp_wmem.map(|w| w[2]))
+}
+
 fn send_buffer_bound(d: &DirectionResult, b: &Basis) -> bool {
     d.sender.has_chronographs
         && b.sndbuf_fraction() >= LIMITED_FRACTION
         // The congestion control would have sent more: otherwise the congestion window, not
         // the buffer, held the data in flight.
         && (b.cwnd_bytes == 0 || b.cwnd_bytes as f64 >= CWND_HEADROOM * b.in_flight_bytes())
+        // And the buffer is substantially full of data in flight (the kernel counts skb overhead
+        // against the limit, so its payload capacity is roughly 50–95 % of it): a buffer far
+        // from full cannot be what caps the window, whatever the chronograph says.
+        && send_buffer_max(d)
+            .is_none_or(|max| b.in_flight_bytes() >= BUFFER_IN_FLIGHT * max as f64)
 }
 
 /// Judge one direction: the rate itself plus at most one "limited by" verdict.
@@ -619,7 +635,7 @@ pub(crate) mod tests {
             sender_cpus: 2,
             receiver_cpus: 2,
             receiver_tcp_rmem: Some([4096, 131072, 262144]),
-            sender_tcp_wmem: Some([4096, 16384, 4194304]),
+            sender_tcp_wmem: Some([4096, 16384, 524288]),
             window_option: None,
             intervals: iv,
             phases: Phases::default(),
@@ -722,6 +738,15 @@ pub(crate) mod tests {
                 |d| each(d, |_, i| i.sndbuf_limited_us = 600_000),
                 "send-buffer-limited",
                 Status::Fail,
+            ),
+            (
+                "sndbuf chronograph with the buffer far from full of data in flight",
+                |d| {
+                    d.sender_tcp_wmem = Some([4096, 16384, 64 << 20]);
+                    each(d, |_, i| i.sndbuf_limited_us = 600_000);
+                },
+                "link-limited",
+                Status::Pass,
             ),
             (
                 "sndbuf chronograph while the congestion window holds the data in flight",

@@ -115,12 +115,10 @@ pub fn diagnose_asymmetry(upload: &DirectionResult, download: &DirectionResult) 
         Finding::new(CHECK, "throughput-asymmetry", status, title)
             .direction(direction)
             .summary(format!(
-                "The {} direction ran at {:.0} % of the {} direction over the same path ({} vs {}).{why}",
+                "The {} direction ran at {:.0} % of the {} direction over the same path.{why}",
                 slow.direction.label(),
                 ratio * 100.0,
                 fast.direction.label(),
-                bs.label,
-                bf.label
             ))
             .requirement(format!(
                 "reported when the slower direction is below {:.0} % of the faster; a warning only with path loss in the slower direction ≥ {:.2} % and ≥ {ONE_WAY_FACTOR:.0}× the other's",

@@ -61,8 +61,8 @@ impl LossClass {
     pub fn describe(self) -> &'static str {
         match self {
             LossClass::None => "no loss",
-            LossClass::QueueOverflow => "loss at a full bottleneck queue (self-inflicted)",
-            LossClass::Path => "path loss (without a queue building)",
+            LossClass::QueueOverflow => "loss at a full bottleneck queue, self-inflicted",
+            LossClass::Path => "path loss, without a queue building",
             LossClass::Mixed => "both queue-overflow and path loss",
         }
     }

@@ -48,8 +48,12 @@ pub fn rate_finding(d: &DirectionResult, b: &Basis) -> Finding {
         ),
     };
     let phase = match (&d.phases.steady, d.phases.slow_start_end_s) {
+        (Some(s), Some(ss)) if s.start_s < ss - 1e-3 => format!(
+            " Slow start ended between {:.1} and {ss:.1} s with the rate already at its plateau; the steady state ({:.1}–{:.1} s) is what the path sustains, the whole-test figure includes the ramp-up.",
+            s.start_s, s.start_s, s.end_s
+        ),
         (Some(s), Some(ss)) => format!(
-            " Slow start ended at {ss:.1} s; the steady state ({:.1}–{:.1} s) is what the path sustains, the whole-test figure includes the ramp-up.",
+            " Slow start had ended by {ss:.1} s; the steady state ({:.1}–{:.1} s) is what the path sustains, the whole-test figure includes the ramp-up.",
             s.start_s, s.end_s
         ),
         (Some(s), None) => format!(
@@ -150,20 +154,22 @@ fn loss_evidence(d: &DirectionResult) -> Vec<Evidence> {
     ))];
     if let Some(burst) = l.largest_burst {
         v.push(
-            Evidence::new("largest loss burst", Quantity::Count(burst.segments)).with_detail(
-                format!(
-                    "{:.1}–{:.1} s{}, RTT {} vs {} min",
-                    burst.start_s,
-                    burst.end_s,
-                    if burst.slow_start {
-                        " (slow start)"
-                    } else {
-                        ""
-                    },
-                    ms(f64::from(burst.rtt_us) / 1e6),
-                    ms(d.min_rtt_s())
-                ),
-            ),
+            Evidence::new(
+                "largest loss burst, segments",
+                Quantity::Count(burst.segments),
+            )
+            .with_detail(format!(
+                "at {:.1}–{:.1} s{}, RTT {} vs {} min",
+                burst.start_s,
+                burst.end_s,
+                if burst.slow_start {
+                    ", in slow start"
+                } else {
+                    ""
+                },
+                ms(f64::from(burst.rtt_us) / 1e6),
+                ms(d.min_rtt_s())
+            )),
         );
     }
     v.push(Evidence::new(
@@ -237,25 +243,42 @@ fn process_cpu_evidence(b: &Basis, d: &DirectionResult) -> Vec<Evidence> {
 
 /// A sentence on both hosts' CPU for verdicts that say the CPU was not the limit.
 fn cpu_sentence(d: &DirectionResult) -> String {
-    let pct = |u: Option<crate::analysis::HostCpuUse>| {
-        u.map(|u| format!("{:.0} % of {} cores", u.busy * 100.0, u.cpus))
-    };
-    match (
-        d.same_host,
-        pct(d.sender_host_cpu),
-        pct(d.receiver_host_cpu),
-    ) {
-        (Some(true), Some(s), _) => {
-            format!("client and server share one host, which had CPU to spare ({s} busy)")
-        }
-        (_, Some(s), Some(r)) => format!(
-            "both hosts had CPU to spare ({} {s}, {} {r} busy)",
-            d.sender_side.name(),
-            d.receiver_side.name()
-        ),
-        _ => {
-            "neither process ran out of CPU (the server did not report its host's CPU)".to_string()
-        }
+    let uses: Vec<(Side, crate::analysis::HostCpuUse)> = [
+        (d.sender_side, d.sender_host_cpu),
+        (d.receiver_side, d.receiver_host_cpu),
+    ]
+    .into_iter()
+    .filter_map(|(side, u)| u.map(|u| (side, u)))
+    .take(if d.same_host == Some(true) { 1 } else { 2 })
+    .collect();
+    if uses.is_empty() {
+        return "No process ran out of CPU (the server did not report its host's CPU).".to_string();
+    }
+    let busy = uses.iter().any(|(_, u)| u.busy >= HOST_BUSY_FRACTION);
+    let figures = uses
+        .iter()
+        .map(|(side, u)| {
+            if d.same_host == Some(true) {
+                format!(
+                    "client and server share one host, {:.0} % of its {} cores busy",
+                    u.busy * 100.0,
+                    u.cpus
+                )
+            } else {
+                format!(
+                    "{} {:.0} % of {} cores busy",
+                    side.name(),
+                    u.busy * 100.0,
+                    u.cpus
+                )
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    if busy {
+        format!("No process ran out of CPU; a host was busy ({figures}) but the transfer shows no sign of it: send-buffer and window stalls below {:.0} % of busy time, no sender out of data.", LIMITED_FRACTION * 100.0)
+    } else {
+        format!("No host ran out of CPU ({figures}).")
     }
 }
 
@@ -294,8 +317,8 @@ pub fn cpu_finding(d: &DirectionResult, b: &Basis, cause: CpuCause) -> Finding {
                 usage.cpus
             ),
             format!(
-                "All cores of the {} host were busy ({:.0} %; softirq {:.0} %, steal {:.0} %) while no queue built at the bottleneck, so nothing shows the path was full. The sender's send buffer ran full {:.0} % and its receive window {:.0} % of its busy time: with no CPU to spare pathdoc cannot tell a buffer limit from a CPU limit, and the rate is what these hosts achieved, not the path's capacity.{}",
-                side.name(),
+                "All cores of the {} host were busy ({:.0} %; softirq {:.0} %, steal {:.0} %) while no queue built at the bottleneck, so nothing shows the path was full. The sender's send buffer ran full {:.0} % and the receiver's window held it back {:.0} % of its busy time: with no CPU to spare pathdoc cannot tell a buffer limit from a CPU limit, and the rate is what these hosts achieved, not the path's capacity.{}",
+                if d.same_host == Some(true) { "client and server" } else { side.name() },
                 usage.busy * 100.0,
                 usage.softirq * 100.0,
                 usage.steal * 100.0,
@@ -311,22 +334,42 @@ pub fn cpu_finding(d: &DirectionResult, b: &Basis, cause: CpuCause) -> Finding {
             side.host(),
         ),
     };
-    new(d, "cpu-limited", Status::Warn, title)
+    let mut f = new(d, "cpu-limited", Status::Warn, title)
         .summary(summary)
         .requirement(requirement)
         .evidences(process_cpu_evidence(b, d))
         .evidences(host_cpu_evidence(d))
-        .evidence(Evidence::new("time limited by send buffer", Quantity::Percent(b.sndbuf_fraction() * 100.0)))
+        .evidence(Evidence::new(
+            "time limited by send buffer",
+            Quantity::Percent(b.sndbuf_fraction() * 100.0),
+        ))
+        .evidence(Evidence::new(
+            "data in flight (goodput × RTT)",
+            Quantity::Bytes(b.in_flight_bytes() as u64),
+        ));
+    if let Some(max) = crate::analysis::send_buffer_max(d) {
+        f = f.evidence(
+            Evidence::new(
+                format!("{} send buffer maximum", d.sender_side.name()),
+                Quantity::Bytes(max),
+            )
+            .with_detail("net.ipv4.tcp_wmem max, or twice --window"),
+        );
+    }
+    f
         .evidence(rate_evidence(d, b))
         .evidences(rtt_evidence(b))
         .remedy(
             Remedy::new("Re-run with the CPU free: stop other load, or use a faster host; on a virtual machine high steal means the hypervisor is short of CPU")
                 .on(host),
         )
-        .remedy(
-            Remedy::new("More parallel streams spread the work over more cores; the network itself may be faster than this figure")
-                .on(Host::Client)
-                .with_command(streams_cmd),
+        .remedies(
+            // More streams help a busy process use more cores, not a host with none to spare.
+            (!matches!(cause, CpuCause::Host { .. })).then(|| {
+                Remedy::new("More parallel streams spread the work over more cores; the network itself may be faster than this figure")
+                    .on(Host::Client)
+                    .with_command(streams_cmd)
+            }),
         )
 }
 
@@ -462,9 +505,9 @@ pub fn loss_finding(d: &DirectionResult, b: &Basis, model: f64) -> Finding {
     };
     let sender = d.sender_side;
     let model_name = if cc.eq_ignore_ascii_case("cubic") {
-        "CUBIC (RFC 9438 §5.1, or Mathis where higher)"
+        "RFC 9438 CUBIC model, or Mathis where higher,"
     } else {
-        "Mathis (Reno-style congestion avoidance)"
+        "Mathis model (Reno-style congestion avoidance)"
     };
     let mut f = new(d, "loss-limited", status, format!(
         "{} limited by packet loss on the path: {:.2} % of bytes lost {}, {} goodput {}",
@@ -475,7 +518,7 @@ pub fn loss_finding(d: &DirectionResult, b: &Basis, model: f64) -> Finding {
         b.short
     ))
     .summary(format!(
-        "In the {} {:.3} % of the sent bytes were lost on the path: the RTT stayed near its minimum ({} vs {}, no queue building) and the losses came interval after interval, not in bursts at a full queue, so this is not the sender overrunning a bottleneck. The {} model for a loss-based sender allows about {} for {} stream(s) at this loss and RTT; the measured {} is within {MODEL_FACTOR:.0}× of it, so the loss explains the rate.",
+        "In the {} {:.3} % of the sent bytes were lost on the path: the RTT stayed near its minimum ({} vs {}, no queue building) and the losses came interval after interval, not in bursts at a full queue, so this is not the sender overrunning a bottleneck. The {} for a loss-based sender allows about {} for {} stream(s) at this loss and RTT; the measured {} is within {MODEL_FACTOR:.0}× of it, so the loss explains the rate.",
         b.label,
         p * 100.0,
         ms(b.rtt_s),
@@ -552,9 +595,12 @@ fn loss_sentence(d: &DirectionResult, b: &Basis) -> String {
     let overflow = (l.overflow_segments > 0).then(|| {
         let burst = l.largest_burst.filter(|x| x.queued);
         format!(
-            "{} of the {} lost segments were the sender overrunning the bottleneck queue{} — self-inflicted, not a path fault",
-            l.overflow_segments,
-            l.lost_segments,
+            "{} lost segments were the sender overrunning the bottleneck queue{} — self-inflicted, not a path fault",
+            if l.overflow_segments == l.lost_segments {
+                format!("all {}", l.lost_segments)
+            } else {
+                format!("{} of the {}", l.overflow_segments, l.lost_segments)
+            },
             burst.map_or(String::new(), |x| format!(
                 " (largest burst {} segments at {:.1}–{:.1} s{}, RTT {} vs {} minimum)",
                 x.segments,
@@ -594,15 +640,23 @@ fn loss_sentence(d: &DirectionResult, b: &Basis) -> String {
         })
     };
     let parts: Vec<String> = [overflow, path].into_iter().flatten().collect();
-    match (parts.is_empty(), b.standing_queue) {
-        (true, true) => format!("no segment was lost on the path and {queue}"),
+    let text = match (parts.is_empty(), b.standing_queue) {
+        (true, true) => format!("no segment was lost on the path; {queue}"),
         (true, false) if l.lost_segments == 0 => "no segment was lost".to_string(),
         (true, false) => format!("loss was negligible ({:.4} % on the path)", p * 100.0),
         (false, true) if !parts.iter().any(|x| x.contains("queue stood")) => {
             format!("{}; {queue}", parts.join("; "))
         }
         _ => parts.join("; "),
-    }
+    };
+    format!("{text}.")
+}
+
+fn capitalized(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
 }
 
 pub fn path_finding(d: &DirectionResult, b: &Basis) -> Finding {
@@ -613,11 +667,11 @@ pub fn path_finding(d: &DirectionResult, b: &Basis) -> Finding {
         b.short
     ))
     .summary(format!(
-        "Neither the receive window ({:.0} % of busy time) nor the send buffer ({:.0} %) held the sender back, {}, and {} — the rate is what the path delivers.",
+        "Neither the receive window ({:.0} % of busy time) nor the send buffer ({:.0} %) held the sender back. {} {} The rate is what the path delivers.",
         b.rwnd_fraction() * 100.0,
         b.sndbuf_fraction() * 100.0,
         cpu_sentence(d),
-        loss_sentence(d, b)
+        capitalized(&loss_sentence(d, b))
     ))
     .evidence(Evidence::new("time limited by receive window", Quantity::Percent(b.rwnd_fraction() * 100.0)))
     .evidence(Evidence::new("time limited by send buffer", Quantity::Percent(b.sndbuf_fraction() * 100.0)))
