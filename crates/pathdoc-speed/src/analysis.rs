@@ -36,6 +36,8 @@ pub const LOSS_FAIL: f64 = 1e-3;
 pub const ASYMMETRY_RATIO: f64 = 0.5;
 /// The advertised window explains the rate when the rate reaches this share of window / RTT.
 pub const WINDOW_EXPLAINS: f64 = 0.5;
+/// Share of a busy host's cores the transfer must use itself for the host to be its limit.
+pub const TRANSFER_CPU_SHARE: f64 = 0.15;
 /// A window or buffer chronograph at or above this share of busy time is strong enough to be
 /// judged even on a host without CPU to spare; below it a busy host makes it ambiguous.
 pub const DOMINANT_FRACTION: f64 = 0.5;
@@ -496,22 +498,19 @@ fn loss_bound(d: &DirectionResult, b: &Basis) -> Option<f64> {
     within_model_factor(b.rate_bps, model).then_some(model)
 }
 
-/// A host without CPU to spare limits the transfer only when nothing shows the path was full
-/// (no standing queue, no loss at a full queue) and the transfer shows a host-side symptom: the
-/// send buffer or window chronograph, or a sender that ran out of data to send — but not one
-/// that held the sender back most of the time ([`DOMINANT_FRACTION`]), which is a limit anyway.
+/// A host without CPU to spare limits the transfer when a large part of its CPU went to the
+/// transfer itself ([`TRANSFER_CPU_SHARE`]: the host's softirq share, where the kernel does its
+/// network work, plus pathdoc's own processes on it), and nothing shows the path was full (no
+/// standing queue, no loss at a full queue). A buffer or window that held the sender back most
+/// of its busy time ([`DOMINANT_FRACTION`]) is judged as such even then. A host kept busy by
+/// other work while a slow transfer barely touches it is not blamed.
 fn host_cpu_bound(d: &DirectionResult, b: &Basis) -> Option<CpuCause> {
     if b.standing_queue || b.overflow_loss {
         return None;
     }
-    let app_limited = b.busy_us > 0
-        && (b.busy_us as f64) < 0.9 * judged_seconds(d, b) * 1e6 * f64::from(d.streams.max(1));
-    let chrono = |f: f64| d.sender.has_chronographs && f >= LIMITED_FRACTION;
-    let symptom = app_limited || chrono(b.sndbuf_fraction()) || chrono(b.rwnd_fraction());
-    // A buffer or window that held the sender back most of its busy time is a limit on any host.
     let dominant = d.sender.has_chronographs
         && b.sndbuf_fraction().max(b.rwnd_fraction()) >= DOMINANT_FRACTION;
-    if !symptom || dominant {
+    if dominant {
         return None;
     }
     [
@@ -520,16 +519,23 @@ fn host_cpu_bound(d: &DirectionResult, b: &Basis) -> Option<CpuCause> {
     ]
     .into_iter()
     .filter_map(|(side, u)| u.map(|u| (side, u)))
-    .filter(|(_, u)| u.busy >= HOST_BUSY_FRACTION)
+    .filter(|&(side, u)| {
+        u.busy >= HOST_BUSY_FRACTION && transfer_cpu_share(d, b, side, u) >= TRANSFER_CPU_SHARE
+    })
     .max_by(|a, b| a.1.busy.total_cmp(&b.1.busy))
     .map(|(side, usage)| CpuCause::Host { side, usage })
 }
 
-fn judged_seconds(d: &DirectionResult, b: &Basis) -> f64 {
-    match (&d.phases.steady, b.steady) {
-        (Some(s), true) => s.duration_s(),
-        _ => d.duration_s,
-    }
+/// Share of a host's cores the transfer itself used: softirq plus pathdoc's processes on it.
+pub fn transfer_cpu_share(d: &DirectionResult, b: &Basis, side: Side, u: HostCpuUse) -> f64 {
+    let own = if d.same_host == Some(true) {
+        b.sender_cpu_cores.unwrap_or(0.0) + b.receiver_cpu_cores.unwrap_or(0.0)
+    } else if side == d.sender_side {
+        b.sender_cpu_cores.unwrap_or(0.0)
+    } else {
+        b.receiver_cpu_cores.unwrap_or(0.0)
+    };
+    u.softirq + own / f64::from(u.cpus.max(1))
 }
 
 /// The most the sender's socket buffer may hold: twice an explicit `--window` (the kernel doubles
@@ -853,18 +859,42 @@ pub(crate) mod tests {
                 Status::Warn,
             ),
             (
-                "host without CPU to spare and a full send buffer",
+                "host without CPU to spare, much of it for the transfer, and a full send buffer",
                 |d| {
-                    d.sender_host_cpu.as_mut().unwrap().busy = 0.98;
+                    d.sender_host_cpu = Some(HostCpuUse { busy: 0.98, softirq: 0.2, cpus: 2, steal: 0.0 });
                     each(d, |_, i| i.sndbuf_limited_us = 300_000);
                 },
                 "cpu-limited",
                 Status::Warn,
             ),
             (
+                "loopback: one host at 100 %, its processes and softirq busy, sender out of data",
+                |d| {
+                    d.same_host = Some(true);
+                    d.sender_host_cpu = Some(HostCpuUse { busy: 1.0, softirq: 0.12, cpus: 2, steal: 0.0 });
+                    d.receiver_host_cpu = d.sender_host_cpu;
+                    each(d, |_, i| {
+                        i.sender_cpu_cores = Some(0.33);
+                        i.receiver_cpu_cores = Some(0.29);
+                        i.busy_us = 870_000;
+                    });
+                },
+                "cpu-limited",
+                Status::Warn,
+            ),
+            (
+                "host busy with other work, the transfer barely touches it, send buffer 30 %",
+                |d| {
+                    d.sender_host_cpu = Some(HostCpuUse { busy: 1.0, softirq: 0.03, cpus: 2, steal: 0.0 });
+                    each(d, |_, i| i.sndbuf_limited_us = 300_000);
+                },
+                "send-buffer-limited",
+                Status::Fail,
+            ),
+            (
                 "busy host but the transfer fills the path (standing queue)",
                 |d| {
-                    d.sender_host_cpu.as_mut().unwrap().busy = 0.98;
+                    d.sender_host_cpu = Some(HostCpuUse { busy: 0.98, softirq: 0.2, cpus: 2, steal: 0.0 });
                     each(d, |_, i| {
                         i.sndbuf_limited_us = 300_000;
                         i.rtt_us = 180_000;
@@ -876,14 +906,14 @@ pub(crate) mod tests {
             (
                 "busy host, but the send buffer held the sender back most of the time",
                 |d| {
-                    d.sender_host_cpu.as_mut().unwrap().busy = 1.0;
+                    d.sender_host_cpu = Some(HostCpuUse { busy: 1.0, softirq: 0.2, cpus: 2, steal: 0.0 });
                     each(d, |_, i| i.sndbuf_limited_us = 730_000);
                 },
                 "send-buffer-limited",
                 Status::Fail,
             ),
             (
-                "busy host, no host-side symptom",
+                "busy host, little of it for the transfer",
                 |d| d.receiver_host_cpu.as_mut().unwrap().busy = 0.99,
                 "link-limited",
                 Status::Pass,
@@ -955,7 +985,12 @@ pub(crate) mod tests {
             },
             |d| each(d, |_, i| i.sender_cpu_cores = Some(1.0)),
             |d| {
-                d.receiver_host_cpu.as_mut().unwrap().busy = 0.98;
+                d.receiver_host_cpu = Some(HostCpuUse {
+                    busy: 0.98,
+                    softirq: 0.3,
+                    cpus: 2,
+                    steal: 0.0,
+                });
                 each(d, |_, i| i.sndbuf_limited_us = 300_000);
             },
         ];

@@ -317,19 +317,21 @@ pub fn cpu_finding(d: &DirectionResult, b: &Basis, cause: CpuCause) -> Finding {
                 usage.cpus
             ),
             format!(
-                "All cores of the {} host were busy ({:.0} %; softirq {:.0} %, steal {:.0} %) while no queue built at the bottleneck, so nothing shows the path was full. The sender's send buffer ran full {:.0} % and the receiver's window held it back {:.0} % of its busy time: with no CPU to spare pathdoc cannot tell a buffer limit from a CPU limit, and the rate is what these hosts achieved, not the path's capacity.{}",
+                "All cores of the {} host were busy ({:.0} %; softirq {:.0} %, steal {:.0} %), {:.0} % of them for this transfer (the kernel's network work in softirq plus pathdoc's own processes), while no queue built at the bottleneck, so nothing shows the path was full. The sender's send buffer ran full {:.0} % and the receiver's window held it back {:.0} % of its busy time: with no CPU to spare these cannot be judged, and the rate is what these hosts achieved, not the path's capacity.{}",
                 if d.same_host == Some(true) { "client and server" } else { side.name() },
                 usage.busy * 100.0,
                 usage.softirq * 100.0,
                 usage.steal * 100.0,
+                crate::analysis::transfer_cpu_share(d, b, side, usage) * 100.0,
                 b.sndbuf_fraction() * 100.0,
                 b.rwnd_fraction() * 100.0,
                 if d.same_host == Some(true) { " Client and server share this host (same kernel), so both ends and any lab elements compete for its cores." } else { "" }
             ),
             format!(
-                "host CPU-bound when ≥ {:.0} % of all its cores are busy (/proc/stat, any process, softirq, steal) and the transfer shows a host-side symptom (send buffer or window ≥ {:.0} % of busy time, or a sender out of data) without a queue at the bottleneck",
+                "host CPU-bound when ≥ {:.0} % of all its cores are busy (/proc/stat: any process, softirq, steal), ≥ {:.0} % of them for the transfer (softirq plus pathdoc's processes), no queue at the bottleneck, and no send-buffer or window stall of ≥ {:.0} % of busy time",
                 HOST_BUSY_FRACTION * 100.0,
-                LIMITED_FRACTION * 100.0
+                crate::analysis::TRANSFER_CPU_SHARE * 100.0,
+                crate::analysis::DOMINANT_FRACTION * 100.0
             ),
             side.host(),
         ),
