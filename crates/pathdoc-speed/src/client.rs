@@ -328,7 +328,7 @@ async fn drive(
         tokio::select! {
             _ = tick.tick() => {
                 let s = side_sample(&streams, t0, cpu0);
-                report_progress(progress, &client_samples, &s, &server_samples, t0, duration);
+                report_progress(progress, client_samples.last(), &s, t0, duration);
                 client_samples.push(s);
             }
             _ = next_check.tick() => {
@@ -455,40 +455,39 @@ fn start_streams(
     Ok(streams)
 }
 
+/// The current rate per direction from this end's own samples, so it shows from the first
+/// interval on without waiting for the server's: bytes the server acknowledged for uploads, bytes
+/// this end's application read for downloads.
 fn report_progress(
     progress: &dyn Progress,
-    client: &[SideSample],
+    previous: Option<&SideSample>,
     now: &SideSample,
-    server: &[SideSample],
     t0: Instant,
     duration: Duration,
 ) {
     let mut parts = Vec::new();
-    for d in [Direction::Upload, Direction::Download] {
-        // Current rate from the sender side's acknowledged bytes.
-        let series: Vec<&SideSample> = match d {
-            Direction::Upload => client.iter().chain(std::iter::once(now)).collect(),
-            Direction::Download => server.iter().collect(),
-        };
-        if let [.., a, b] = series.as_slice() {
-            let acked = |s: &SideSample| sum(s, d, |x| x.info.bytes_acked);
-            let dt = b.t - a.t;
-            if dt > 0.0 && b.streams.iter().any(|x| parse_tag(x.tag).0 == d) {
+    if let Some(a) = previous {
+        let dt = now.t - a.t;
+        for d in [Direction::Upload, Direction::Download] {
+            let count = |s: &SideSample| match d {
+                Direction::Upload => sum(s, d, |x| x.info.bytes_acked),
+                Direction::Download => sum(s, d, |x| x.app_bytes),
+            };
+            if dt > 0.0 && now.streams.iter().any(|x| parse_tag(x.tag).0 == d) {
                 parts.push(format!(
                     "{} {}",
                     d.short(),
-                    format_rate(acked(b).saturating_sub(acked(a)) as f64 * 8.0 / dt)
+                    format_rate(count(now).saturating_sub(count(a)) as f64 * 8.0 / dt)
                 ));
             }
         }
     }
-    let line = format!(
+    progress.status(&format!(
         "throughput: {} ({:.0} of {:.0} s)",
         parts.join(", "),
         t0.elapsed().as_secs_f64(),
         duration.as_secs_f64()
-    );
-    progress.status(&line);
+    ));
 }
 
 fn streams_of(s: &SideSample, d: Direction) -> impl Iterator<Item = &StreamSample> {
