@@ -507,9 +507,9 @@ pub fn loss_finding(d: &DirectionResult, b: &Basis, model: f64) -> Finding {
     };
     let sender = d.sender_side;
     let model_name = if cc.eq_ignore_ascii_case("cubic") {
-        "RFC 9438 CUBIC model, or Mathis where higher,"
+        "RFC 9438 for CUBIC, or Mathis where higher"
     } else {
-        "Mathis model (Reno-style congestion avoidance)"
+        "Mathis, for Reno-style congestion avoidance"
     };
     let mut f = new(d, "loss-limited", status, format!(
         "{} limited by packet loss on the path: {:.2} % of bytes lost {}, {} goodput {}",
@@ -520,7 +520,7 @@ pub fn loss_finding(d: &DirectionResult, b: &Basis, model: f64) -> Finding {
         b.short
     ))
     .summary(format!(
-        "In the {} {:.3} % of the sent bytes were lost on the path: the RTT stayed near its minimum ({} vs {}, no queue building) and the losses came interval after interval, not in bursts at a full queue, so this is not the sender overrunning a bottleneck. The {} for a loss-based sender allows about {} for {} stream(s) at this loss and RTT; the measured {} is within {MODEL_FACTOR:.0}× of it, so the loss explains the rate.",
+        "In the {} {:.3} % of the sent bytes were lost on the path: the RTT stayed near its minimum ({} vs {}, no queue building) and the losses came interval after interval, not in bursts at a full queue, so this is not the sender overrunning a bottleneck. The loss model ({}) allows about {} for {} stream(s) at this loss and RTT; the measured {} is within {MODEL_FACTOR:.0}× of it, so the loss explains the rate.",
         b.label,
         p * 100.0,
         ms(b.rtt_s),
@@ -540,7 +540,7 @@ pub fn loss_finding(d: &DirectionResult, b: &Basis, model: f64) -> Finding {
         d.sender.retransmits
     )))
     .evidence(Evidence::new("loss-model rate", Quantity::Rate(model)).with_detail(format!(
-        "{model_name}: MSS {} B, RTT {}, p {:.2e}, Mathis C {MATHIS_C}, × {} stream(s)",
+        "{model_name}; MSS {} B, RTT {}, p {:.2e}, Mathis C {MATHIS_C}, × {} stream(s)",
         d.sender.snd_mss,
         ms(b.rtt_s),
         p,
