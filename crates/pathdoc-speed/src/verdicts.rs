@@ -242,7 +242,7 @@ fn process_cpu_evidence(b: &Basis, d: &DirectionResult) -> Vec<Evidence> {
 }
 
 /// A sentence on both hosts' CPU for verdicts that say the CPU was not the limit.
-fn cpu_sentence(d: &DirectionResult) -> String {
+fn cpu_sentence(d: &DirectionResult, b: &Basis) -> String {
     let uses: Vec<(Side, crate::analysis::HostCpuUse)> = [
         (d.sender_side, d.sender_host_cpu),
         (d.receiver_side, d.receiver_host_cpu),
@@ -254,7 +254,11 @@ fn cpu_sentence(d: &DirectionResult) -> String {
     if uses.is_empty() {
         return "No process ran out of CPU (the server did not report its host's CPU).".to_string();
     }
-    let busy = uses.iter().any(|(_, u)| u.busy >= HOST_BUSY_FRACTION);
+    let busy = uses
+        .iter()
+        .filter(|(_, u)| u.busy >= HOST_BUSY_FRACTION)
+        .map(|&(side, u)| crate::analysis::transfer_cpu_share(d, b, side, u))
+        .reduce(f64::max);
     let figures = uses
         .iter()
         .map(|(side, u)| {
@@ -275,10 +279,15 @@ fn cpu_sentence(d: &DirectionResult) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ");
-    if busy {
-        format!("No process ran out of CPU; a host was busy ({figures}) but the transfer shows no sign of it: send-buffer and window stalls below {:.0} % of busy time, no sender out of data.", LIMITED_FRACTION * 100.0)
-    } else {
-        format!("No host ran out of CPU ({figures}).")
+    match busy {
+        Some(_) if b.standing_queue || b.overflow_loss => format!(
+            "No process ran out of CPU; a host was busy ({figures}), but the queue at the bottleneck shows the path, not the host, was full."
+        ),
+        Some(share) => format!(
+            "No process ran out of CPU; a host was busy ({figures}), but only {:.0} % of its cores went to this transfer (softirq plus pathdoc's processes), so other work kept it busy.",
+            share * 100.0
+        ),
+        None => format!("No host ran out of CPU ({figures})."),
     }
 }
 
@@ -672,7 +681,7 @@ pub fn path_finding(d: &DirectionResult, b: &Basis) -> Finding {
         "Neither the receive window ({:.0} % of busy time) nor the send buffer ({:.0} %) held the sender back. {} {} The rate is what the path delivers.",
         b.rwnd_fraction() * 100.0,
         b.sndbuf_fraction() * 100.0,
-        cpu_sentence(d),
+        cpu_sentence(d, b),
         capitalized(&loss_sentence(d, b))
     ))
     .evidence(Evidence::new("time limited by receive window", Quantity::Percent(b.rwnd_fraction() * 100.0)))
