@@ -137,8 +137,8 @@ pub struct Interval {
     pub sender_host_busy: Option<f64>,
     #[serde(default)]
     pub receiver_host_busy: Option<f64>,
-    /// The same per stream.
-    #[serde(default)]
+    /// Each stream's share of the interval, when the direction has more than one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub streams: Vec<StreamInterval>,
 }
 

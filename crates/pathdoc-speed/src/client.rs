@@ -99,6 +99,7 @@ async fn open_data(
     } else {
         tokio::net::TcpSocket::new_v6()?
     };
+    pathdoc_sys::source::bind_tcp(&socket, &server)?;
     if let Some(w) = opts.window {
         // Before connect, so the window scale in our SYN matches the buffer.
         socket.set_recv_buffer_size(w)?;
@@ -494,6 +495,27 @@ fn streams_of(s: &SideSample, d: Direction) -> impl Iterator<Item = &StreamSampl
     s.streams.iter().filter(move |x| parse_tag(x.tag).0 == d)
 }
 
+/// Each stream's share of the interval from sample `a` to `b` (only with two or more streams).
+fn per_stream(a: &SideSample, b: &SideSample, d: Direction, dt: f64) -> Vec<StreamInterval> {
+    if streams_of(b, d).count() < 2 {
+        return Vec::new();
+    }
+    streams_of(b, d)
+        .filter_map(|sb| {
+            let sa = streams_of(a, d).find(|x| x.tag == sb.tag)?;
+            Some(StreamInterval {
+                stream: parse_tag(sb.tag).1,
+                goodput_bps: sb.info.bytes_acked.saturating_sub(sa.info.bytes_acked) as f64 * 8.0
+                    / dt,
+                retransmits: u64::from(sb.info.total_retrans)
+                    .saturating_sub(u64::from(sa.info.total_retrans)),
+                cwnd_bytes: sb.info.cwnd_bytes(),
+                rtt_us: sb.info.rtt,
+            })
+        })
+        .collect()
+}
+
 fn sum(s: &SideSample, d: Direction, f: impl Fn(&StreamSample) -> u64) -> u64 {
     streams_of(s, d).map(f).sum()
 }
@@ -673,26 +695,10 @@ fn intervals_of(d: Direction, ends: &Ends, ipv6: bool) -> Vec<Interval> {
                     .any(|x| x.snd_ssthresh == 0 || x.snd_ssthresh >= 0x7fff_ffff),
             sender_host_busy: host_busy(Some(a), Some(b)),
             receiver_host_busy: host_busy(ra, rb),
-            streams: stream_intervals(a, b, d, dt),
+            streams: per_stream(a, b, d, dt),
         });
     }
     intervals
-}
-
-fn stream_intervals(a: &SideSample, b: &SideSample, d: Direction, dt: f64) -> Vec<StreamInterval> {
-    streams_of(b, d)
-        .map(|y| {
-            let x = streams_of(a, d).find(|x| x.tag == y.tag);
-            let delta = |f: fn(&StreamSample) -> u64| f(y).saturating_sub(x.map_or(0, f));
-            StreamInterval {
-                stream: parse_tag(y.tag).1,
-                goodput_bps: delta(|s| s.info.bytes_acked) as f64 * 8.0 / dt,
-                retransmits: delta(|s| u64::from(s.info.total_retrans)),
-                cwnd_bytes: y.info.cwnd_bytes(),
-                rtt_us: y.info.rtt,
-            }
-        })
-        .collect()
 }
 
 fn direction_result(

@@ -154,6 +154,7 @@ mod tests {
                 mode: Mode::Download,
                 congestion_control: None,
                 reason: "refused".into(),
+                interrupted: false,
             }],
             interrupted: true,
             ..Measurement::default()

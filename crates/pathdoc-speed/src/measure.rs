@@ -25,6 +25,8 @@ pub struct NotMeasured {
     pub mode: Mode,
     pub congestion_control: Option<String>,
     pub reason: String,
+    /// It did not start because the user interrupted the run (not a failure).
+    pub interrupted: bool,
 }
 
 /// A `--compare-cc` result for one direction.
@@ -125,6 +127,15 @@ pub async fn measure(
                 m.runs.push(run);
                 if stop {
                     m.interrupted = true;
+                    for rest in &plan[k + 1..] {
+                        m.not_measured.push(NotMeasured {
+                            test: label(rest, if compare { rest.cc.as_deref() } else { None }),
+                            mode: rest.mode,
+                            congestion_control: rest.cc.clone(),
+                            reason: "interrupted before it started".to_string(),
+                            interrupted: true,
+                        });
+                    }
                     break;
                 }
             }
@@ -140,6 +151,7 @@ pub async fn measure(
                         } else {
                             "not started after the previous test failed".to_string()
                         },
+                        interrupted: false,
                     });
                 }
                 break;
@@ -248,16 +260,21 @@ fn interrupted_finding(m: &Measurement) -> Finding {
 }
 
 fn not_measured_finding(n: &NotMeasured) -> Finding {
+    let (status, summary) = if n.interrupted {
+        (Status::Info, "Interrupted before it started.".to_string())
+    } else {
+        (
+            Status::Inconclusive,
+            format!("{}. The other tests' results above are complete.", n.reason),
+        )
+    };
     let mut f = Finding::new(
         CHECK,
         "throughput-not-measured",
-        Status::Inconclusive,
+        status,
         format!("throughput: the {} test did not run", n.test),
     )
-    .summary(format!(
-        "{}. The other tests' results above are complete.",
-        n.reason
-    ));
+    .summary(summary);
     if let Some(d) = match n.mode {
         Mode::Upload => Some(Direction::Upload),
         Mode::Download => Some(Direction::Download),
