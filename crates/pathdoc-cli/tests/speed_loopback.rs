@@ -165,7 +165,7 @@ fn refusal_halfway_keeps_the_finished_upload() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|f| f["id"] == "throughput-not-measured")
+        .find(|f| f["id"] == "check-failed")
         .unwrap_or_else(|| panic!("{ids:?}"));
     assert_eq!(missing["status"], "inconclusive");
     assert_eq!(missing["direction"], "server-to-client");

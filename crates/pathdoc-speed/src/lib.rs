@@ -47,7 +47,8 @@ pub const FINDING_IDS: &[&str] = &[
     "loss-asymmetry",
     "congestion-control-comparison",
     "throughput-interrupted",
-    "throughput-not-measured",
+    pathdoc_core::report::CHECK_FAILED,
+    pathdoc_core::report::CHECK_NOT_RUN,
 ];
 
 /// Findings for one run: each direction's rate and limit, and the asymmetry between them.
@@ -149,13 +150,22 @@ mod tests {
         seen.extend(analysis::compare_cc(Direction::Upload, &cc).map(|f| f.id));
         let m = Measurement {
             runs: vec![run(vec![direction(20e6)], true)],
-            not_measured: vec![NotMeasured {
-                test: "download".into(),
-                mode: Mode::Download,
-                congestion_control: None,
-                reason: "refused".into(),
-                interrupted: false,
-            }],
+            not_measured: vec![
+                NotMeasured {
+                    test: "download".into(),
+                    mode: Mode::Download,
+                    congestion_control: None,
+                    reason: "refused".into(),
+                    interrupted: false,
+                },
+                NotMeasured {
+                    test: "download with bbr".into(),
+                    mode: Mode::Download,
+                    congestion_control: Some("bbr".into()),
+                    reason: "interrupted before it started".into(),
+                    interrupted: true,
+                },
+            ],
             interrupted: true,
             ..Measurement::default()
         };

@@ -3,12 +3,14 @@
 //! `pathdoc check --throughput`; the CLI only renders.
 //!
 //! What was measured is never thrown away: a test that fails or is refused after another one
-//! finished adds a `throughput-not-measured` finding next to the finished test's verdicts, and
+//! finished adds a `check-failed` finding (with its direction and reason) next to the finished
+//! test's verdicts, tests not started after Ctrl-C get `check-not-run`, and
 //! Ctrl-C (the cancellation token) ends with the intervals measured so far and a
 //! `throughput-interrupted` finding.
 
 use std::net::SocketAddr;
 
+use pathdoc_core::report::{CHECK_FAILED, CHECK_NOT_RUN};
 use pathdoc_core::units::format_rate;
 use pathdoc_core::{Finding, Progress, Status};
 use serde::Serialize;
@@ -259,22 +261,34 @@ fn interrupted_finding(m: &Measurement) -> Finding {
         ))
 }
 
+/// A test that did not run, with the report's generic ids (docs/output.md): `check-not-run` when
+/// the user interrupted first, `check-failed` when it failed or was refused.
 fn not_measured_finding(n: &NotMeasured) -> Finding {
-    let (status, summary) = if n.interrupted {
-        (Status::Info, "Interrupted before it started.".to_string())
-    } else {
-        (
-            Status::Inconclusive,
-            format!("{}. The other tests' results above are complete.", n.reason),
+    let mut f = if n.interrupted {
+        Finding::new(
+            CHECK,
+            CHECK_NOT_RUN,
+            Status::Info,
+            format!(
+                "the {} test did not run: interrupted before it started",
+                n.test
+            ),
         )
+    } else {
+        Finding::new(
+            CHECK,
+            CHECK_FAILED,
+            Status::Inconclusive,
+            format!(
+                "the {} test could not run; the findings above are what was measured",
+                n.test
+            ),
+        )
+        .summary(format!(
+            "{}. The tests before it finished and are judged above.",
+            n.reason
+        ))
     };
-    let mut f = Finding::new(
-        CHECK,
-        "throughput-not-measured",
-        status,
-        format!("throughput: the {} test did not run", n.test),
-    )
-    .summary(summary);
     if let Some(d) = match n.mode {
         Mode::Upload => Some(Direction::Upload),
         Mode::Download => Some(Direction::Download),
