@@ -41,6 +41,9 @@ pub const TRANSFER_CPU_SHARE: f64 = 0.15;
 /// A window or buffer chronograph at or above this share of busy time is strong enough to be
 /// judged even on a host without CPU to spare; below it a busy host makes it ambiguous.
 pub const DOMINANT_FRACTION: f64 = 0.5;
+/// A window at or above this share of its largest value is "open at its largest"; data in flight
+/// at or above this share of it fills it.
+pub const WINDOW_AT_MAX: f64 = 0.8;
 /// The send buffer can cap the window only when the data in flight is at least this share of its
 /// maximum.
 pub const BUFFER_IN_FLIGHT: f64 = 0.25;
@@ -473,13 +476,24 @@ pub fn window_ceiling_bps(b: &Basis) -> f64 {
     b.snd_wnd_bytes as f64 * 8.0 / b.rtt_s
 }
 
+/// The receive window limits the transfer when it is open at its largest (its size, not a
+/// receiver too slow to read, is the limit) and either the chronograph says so and the window
+/// explains the rate, or the window is full of data in flight while the congestion window would
+/// send more. The second holds even when the chronograph under-counts (it runs only while the
+/// sender has nothing else stopping it).
 fn receive_window_bound(d: &DirectionResult, b: &Basis) -> bool {
-    d.sender.has_chronographs
+    let wnd = b.snd_wnd_bytes as f64;
+    let known = b.snd_wnd_bytes > 0;
+    let at_max = !known
+        || wnd >= WINDOW_AT_MAX * (d.sender.max_snd_wnd * u64::from(d.streams.max(1))) as f64;
+    let chrono = d.sender.has_chronographs
         && b.rwnd_fraction() >= LIMITED_FRACTION
         && b.rwnd_fraction() >= b.sndbuf_fraction()
-        // The window must explain the rate: a receiver that shrank its window because it could
-        // not keep up (CPU) shows the chronograph too, but its largest window is far above the rate.
-        && (b.snd_wnd_bytes == 0 || b.rate_bps >= WINDOW_EXPLAINS * window_ceiling_bps(b))
+        && (!known || b.rate_bps >= WINDOW_EXPLAINS * window_ceiling_bps(b));
+    let full = known
+        && b.in_flight_bytes() >= WINDOW_AT_MAX * wnd
+        && b.cwnd_bytes as f64 >= CWND_HEADROOM * wnd;
+    at_max && (chrono || full)
 }
 
 /// The loss model's rate for this direction's streams, when path loss explains the rate: enough
@@ -671,6 +685,13 @@ pub(crate) mod tests {
         d.sender.rwnd_limited_us = sum(|i| i.rwnd_limited_us);
         d.sender.sndbuf_limited_us = sum(|i| i.sndbuf_limited_us);
         d.sender.dsack_dups = sum(|i| i.dsack_dups);
+        d.sender.max_snd_wnd = d
+            .intervals
+            .iter()
+            .map(|i| i.snd_wnd_bytes)
+            .max()
+            .unwrap_or(0)
+            / u64::from(d.streams.max(1));
         *d = d.clone().with_phases();
     }
 
@@ -713,6 +734,26 @@ pub(crate) mod tests {
                 Status::Fail,
             ),
             (
+                "window full of data in flight, cwnd above it, chronograph under-counting",
+                |d| each(d, |_, i| {
+                    i.rwnd_limited_us = 150_000;
+                    i.snd_wnd_bytes = 262_144;
+                    i.cwnd_bytes = 600_000;
+                }),
+                "receive-window-limited",
+                Status::Fail,
+            ),
+            (
+                "a receiver too slow to read: its window shrank to a fraction of its largest",
+                |d| each(d, |k, i| {
+                    i.rwnd_limited_us = 800_000;
+                    i.snd_wnd_bytes = if k == 0 { 4 << 20 } else { 262_144 };
+                    i.cwnd_bytes = 600_000;
+                }),
+                "link-limited",
+                Status::Pass,
+            ),
+            (
                 "rwnd chronograph but a window far above the rate (a receiver that could not keep up)",
                 |d| each(d, |_, i| i.rwnd_limited_us = 800_000),
                 "link-limited",
@@ -722,7 +763,7 @@ pub(crate) mod tests {
                 "rwnd below threshold",
                 |d| each(d, |_, i| {
                     i.rwnd_limited_us = 100_000;
-                    i.snd_wnd_bytes = 262_144;
+                    i.snd_wnd_bytes = 1 << 20;
                 }),
                 "link-limited",
                 Status::Pass,
@@ -734,7 +775,7 @@ pub(crate) mod tests {
                         i.rwnd_limited_us = 1_000_000;
                         i.slow_start = true;
                     }
-                    i.snd_wnd_bytes = 262_144;
+                    i.snd_wnd_bytes = 1 << 20;
                 }),
                 "link-limited",
                 Status::Pass,

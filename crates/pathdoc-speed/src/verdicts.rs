@@ -412,8 +412,10 @@ pub fn rwnd_finding(d: &DirectionResult, b: &Basis) -> Finding {
         format_bytes(window)
     ))
     .summary(format!(
-        "In the {} the sender spent {:.0} % of its busy time waiting for the receiver's window. A {} window at {} RTT allows at most {} (window/RTT); the measured {} is at that ceiling. The link rate is not known from here; to reach, say, {} the window must hold {} (bandwidth-delay product = rate × RTT), and the fix below sizes the buffer for twice that.",
+        "In the {} the receiver's window stayed open at its largest, {} of data were in flight (goodput × RTT) while the sender's congestion window ({}) would have sent more, and the kernel counted {:.0} % of the sender's busy time as waiting for the window. A {} window at {} RTT allows at most {} (window/RTT); the measured {} is at that ceiling. The link rate is not known from here; to reach, say, {} the window must hold {} (bandwidth-delay product = rate × RTT), and the fix below sizes the buffer for twice that.",
         b.label,
+        format_bytes(b.in_flight_bytes() as u64),
+        format_bytes(b.cwnd_bytes),
         b.rwnd_fraction() * 100.0,
         format_bytes(window),
         ms(rtt),
@@ -422,13 +424,15 @@ pub fn rwnd_finding(d: &DirectionResult, b: &Basis) -> Finding {
         format_rate(target),
         format_bytes(bdp_bytes(target, rtt) as u64),
     ))
-    .requirement(format!("window ≥ BDP; flagged when tcpi_rwnd_limited ≥ {:.0} % of tcpi_busy_time in the steady state and the rate is within 2× of window/RTT", LIMITED_FRACTION * 100.0))
+    .requirement(format!("window ≥ BDP; flagged when the window stays open at its largest and either tcpi_rwnd_limited ≥ {:.0} % of tcpi_busy_time in the steady state with the rate within 2× of window/RTT, or the window is full of data in flight while the congestion window would send more", LIMITED_FRACTION * 100.0))
     .evidence(Evidence::new("time limited by receive window", Quantity::Percent(b.rwnd_fraction() * 100.0)).with_detail(format!(
         "tcpi_rwnd_limited {} µs of tcpi_busy_time {} µs, {}",
         b.rwnd_limited_us, b.busy_us, b.label
     )))
     .evidence(Evidence::new("advertised receive window", Quantity::Bytes(window)).with_detail("sender tcpi_snd_wnd, median over the judged intervals (sum over streams)"))
     .evidence(Evidence::new("window / RTT ceiling", Quantity::Rate(window_rate)))
+    .evidence(Evidence::new("data in flight (goodput × RTT)", Quantity::Bytes(b.in_flight_bytes() as u64)))
+    .evidence(Evidence::new("congestion window", Quantity::Bytes(b.cwnd_bytes)).with_detail("median over the judged intervals, sum over streams"))
     .evidence(Evidence::new("bandwidth-delay product at the measured goodput", Quantity::Bytes(bdp_bytes(b.rate_bps, rtt) as u64)))
     .evidence(rate_evidence(d, b))
     .evidences(rtt_evidence(b));
