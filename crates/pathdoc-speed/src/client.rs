@@ -844,3 +844,93 @@ fn direction_result(
         ..result
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pathdoc_sys::cpu_usage::HostCpuTimes;
+    use pathdoc_sys::tcp_info::{TcpInfo, KERNEL_STRUCT_LEN};
+
+    /// One upload stream's sample at second `t`: 5 MB acknowledged per second after a slow
+    /// first second, 100 segments lost in it; the host at `busy` of its 2 cores.
+    fn sample(t: f64, receiver: bool, busy: u64) -> SideSample {
+        let k = t as u64;
+        let acked = if k == 0 {
+            0
+        } else {
+            2_000_000 + (k - 1) * 5_000_000
+        };
+        let info = TcpInfo {
+            kernel_len: KERNEL_STRUCT_LEN as u32,
+            snd_mss: 1448,
+            snd_cwnd: 400,
+            snd_wnd: 4 << 20,
+            rtt: 30_000,
+            min_rtt: 20_000,
+            snd_ssthresh: if k == 0 { 0 } else { 300 },
+            bytes_acked: acked,
+            bytes_sent: acked + 100_000,
+            bytes_retrans: if k == 0 { 0 } else { 144_800 },
+            total_retrans: if k == 0 { 0 } else { 100 },
+            busy_time: k * 1_000_000,
+            ..TcpInfo::default()
+        };
+        SideSample {
+            t,
+            cpu_seconds: 0.1 * t,
+            streams: vec![StreamSample {
+                tag: stream_tag(Direction::Upload, 0),
+                app_bytes: if receiver { acked } else { acked + 1_000_000 },
+                info,
+            }],
+            host_cpu: Some(HostCpuTimes {
+                user: k * busy,
+                idle: k * (200 - busy),
+                cpus: 2,
+                ..HostCpuTimes::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn samples_become_intervals_phases_and_host_cpu() {
+        let client: Vec<_> = (0..=5).map(|k| sample(k as f64, false, 190)).collect();
+        let server: Vec<_> = (0..=5)
+            .map(|k| sample(k as f64 + 0.01, true, 190))
+            .collect();
+        let host = |id: &str| HostTcpSettings {
+            cpus: 2,
+            default_cc: Some("cubic".into()),
+            host_id: Some(id.into()),
+            ..HostTcpSettings::default()
+        };
+        let opts = SpeedOptions::default();
+        let d = build_directions(&opts, &client, &server, &host("a"), &host("a"), false);
+        assert_eq!(d.len(), 1);
+        let up = &d[0];
+        assert_eq!(up.intervals.len(), 5);
+        // The flag is read at each interval's end: slow start was over by the end of the first.
+        assert!(up.intervals.iter().all(|i| !i.slow_start));
+        assert_eq!(up.intervals[1].goodput_bps, 40e6);
+        assert_eq!(up.intervals[1].sender_host_busy, Some(0.95));
+        assert_eq!(up.same_host, Some(true));
+        // Slow start ended within the first second; the steady state is the flat 40 Mbit/s.
+        assert_eq!(up.phases.slow_start_end_s, Some(1.0));
+        let steady = up.phases.steady.as_ref().unwrap();
+        assert_eq!((steady.first_interval, steady.goodput_bps), (1, 40e6));
+        let cpu = up.sender_host_cpu.unwrap();
+        assert!((cpu.busy - 0.95).abs() < 1e-9 && cpu.cpus == 2, "{cpu:?}");
+        // A different kernel on the other end.
+        let d = build_directions(&opts, &client, &server, &host("a"), &host("b"), false);
+        assert_eq!(d[0].same_host, Some(false));
+        let d = build_directions(
+            &opts,
+            &client,
+            &server,
+            &host("a"),
+            &HostTcpSettings::default(),
+            false,
+        );
+        assert_eq!(d[0].same_host, None, "an older server sends no host id");
+    }
+}
