@@ -20,6 +20,10 @@ impl Drop for Server {
 }
 
 fn server() -> Server {
+    server_with(&[])
+}
+
+fn server_with(extra: &[&str]) -> Server {
     let addr: SocketAddr = format!("127.0.0.1:{}", free_loopback_port())
         .parse()
         .unwrap();
@@ -31,6 +35,7 @@ fn server() -> Server {
             "--max-test-secs",
             "3",
         ])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -130,4 +135,50 @@ fn bad_input_and_absent_server_fail_with_exit_2() {
     ]);
     assert_eq!(code, 2);
     assert!(err.contains("connection refused"), "{err}");
+}
+
+/// A refusal halfway through `check --throughput` keeps the finished upload: the server admits
+/// one session per client, so the download test (a second session) is refused. The report has
+/// the upload's rate and verdict plus a finding naming the download that did not run.
+#[test]
+fn refusal_halfway_keeps_the_finished_upload() {
+    let s = server_with(&["--max-sessions-per-ip", "1"]);
+    let mut cmd = Command::new(PATHDOC);
+    cmd.args([
+        "check",
+        &s.1.to_string(),
+        "--throughput",
+        "--throughput-time",
+        "1s",
+        "--json",
+    ]);
+    let (code, out, err) = run(cmd, Duration::from_secs(30));
+    let report = parse_report(code, &out, &err);
+    let ids: Vec<&str> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"upload-rate"), "{ids:?}");
+    let missing = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "check-failed")
+        .unwrap_or_else(|| panic!("{ids:?}"));
+    assert_eq!(missing["status"], "inconclusive");
+    assert_eq!(missing["direction"], "server-to-client");
+    assert!(
+        missing["summary"].as_str().unwrap().contains("session"),
+        "{missing:#}"
+    );
+    assert_eq!(dirs(&report)[0]["direction"], "upload");
+    assert_eq!(
+        report["data"]["throughput"]["not_measured"][0]["mode"],
+        "download"
+    );
+    // Something was measured: inconclusive (3), or 1 when the upload's own verdict is a warning
+    // (loopback is CPU-bound), never "could not run" (2).
+    assert!(code == 3 || code == 1, "{code} {ids:?}");
 }

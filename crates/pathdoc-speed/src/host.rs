@@ -27,7 +27,19 @@ pub fn tcp_settings() -> HostTcpSettings {
         wmem_max: read("/proc/sys/net/core/wmem_max").and_then(|s| s.parse().ok()),
         default_cc: read("/proc/sys/net/ipv4/tcp_congestion_control"),
         cpus: pathdoc_sys::cpu_usage::available_cpus() as u32,
+        host_id: read("/proc/sys/kernel/random/boot_id").map(|id| host_id(&id)),
     }
+}
+
+/// A stable, non-reversible tag of the kernel's boot id (FNV-1a, 64 bit): the same on both ends
+/// of a test when they share one kernel, without sending the boot id itself.
+pub fn host_id(boot_id: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in boot_id.trim().bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
 }
 
 #[cfg(test)]
@@ -38,5 +50,8 @@ mod tests {
         let r = s.tcp_rmem.expect("tcp_rmem");
         assert!(r[0] <= r[1] && r[1] <= r[2]);
         assert!(s.default_cc.is_some() && s.cpus >= 1);
+        assert_eq!(s.host_id, super::tcp_settings().host_id, "stable");
+        assert_eq!(super::host_id("a\n"), super::host_id("a"));
+        assert_ne!(super::host_id("a"), super::host_id("b"));
     }
 }

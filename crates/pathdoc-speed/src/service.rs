@@ -120,6 +120,7 @@ pub(crate) fn side_sample(streams: &[RunningStream], t0: Instant, cpu0: f64) -> 
         t: t0.elapsed().as_secs_f64(),
         cpu_seconds: cpu - cpu0,
         streams: streams.iter().filter_map(|s| s.sample().ok()).collect(),
+        host_cpu: pathdoc_sys::cpu_usage::host_cpu_times().ok(),
     }
 }
 

@@ -56,6 +56,13 @@ impl Direction {
             Direction::Download => "download",
         }
     }
+    /// The report's direction: upload is client→server.
+    pub fn core(self) -> pathdoc_core::Direction {
+        match self {
+            Direction::Upload => pathdoc_core::Direction::ClientToServer,
+            Direction::Download => pathdoc_core::Direction::ServerToClient,
+        }
+    }
 }
 
 /// Tag of data stream `index` in `direction`.
@@ -108,6 +115,10 @@ pub struct HostTcpSettings {
     /// `net.ipv4.tcp_congestion_control`.
     pub default_cc: Option<String>,
     pub cpus: u32,
+    /// A hash of the kernel's boot id: equal on both ends when client and server share one host
+    /// (network namespaces, containers). Absent from servers before this field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -134,6 +145,9 @@ pub struct SideSample {
     /// Process CPU seconds (user + system) since the data started.
     pub cpu_seconds: f64,
     pub streams: Vec<StreamSample>,
+    /// The whole host's cumulative CPU times (`/proc/stat`). Absent from older servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_cpu: Option<pathdoc_sys::cpu_usage::HostCpuTimes>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -173,6 +187,7 @@ mod tests {
         let s = SideSample {
             t: 1.0,
             cpu_seconds: 0.5,
+            host_cpu: Some(Default::default()),
             streams: (0..MAX_STREAMS * 2)
                 .map(|tag| StreamSample {
                     tag,
@@ -187,5 +202,20 @@ mod tests {
             "{} bytes",
             json.len()
         );
+    }
+
+    #[test]
+    fn older_peers_without_host_fields_still_parse() {
+        // A sample and host settings as servers sent them before host CPU and host id existed.
+        let old = r#"{"type":"samples","sample":{"t":1.0,"cpu_seconds":0.1,"streams":[]}}"#;
+        let ServerMsg::Samples { sample } = serde_json::from_str(old).unwrap() else {
+            panic!("not samples");
+        };
+        assert_eq!(sample.host_cpu, None);
+        let old = r#"{"type":"accepted","duration_ms":5000,"host":{"tcp_rmem":null,"tcp_wmem":null,"rmem_max":null,"wmem_max":null,"default_cc":"bbr","cpus":2}}"#;
+        let ServerMsg::Accepted { host, .. } = serde_json::from_str(old).unwrap() else {
+            panic!("not accepted");
+        };
+        assert_eq!(host.host_id, None);
     }
 }

@@ -10,8 +10,7 @@ use tokio_util::sync::CancellationToken;
 use anyhow::Context;
 use clap::Args;
 use pathdoc_core::{Progress, Report};
-use pathdoc_speed::analysis::{compare_cc, CcRun};
-use pathdoc_speed::{Direction, Mode, SpeedOptions, SpeedRun};
+use pathdoc_speed::{Mode, SpeedOptions};
 
 use super::client::{self, ServerTarget};
 use crate::args::{bytes, ms, seconds_or_duration, secs};
@@ -149,7 +148,9 @@ pub fn run(args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
 }
 
 /// Run each of `tests` (with `compare_cc`: once per congestion control) and add findings and
-/// raw data to `report`. Shared with `pathdoc check`.
+/// raw data to `report`. Shared with `pathdoc check`. The running and judging is
+/// `pathdoc_speed::measure`; an error here means the first test could not run at all (later
+/// failures and Ctrl-C come back as findings next to what was measured).
 pub async fn measure(
     server: SocketAddr,
     token: Option<String>,
@@ -159,123 +160,20 @@ pub async fn measure(
     cancel: &CancellationToken,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let mut runs: Vec<SpeedRun> = Vec::new();
-    let ccs: Vec<Option<String>> = if compare {
-        vec![Some("cubic".into()), Some("bbr".into())]
-    } else {
-        vec![None]
-    };
-    // A test that fails (or is interrupted) ends the series; the runs before it are still
-    // judged and kept, then the error is returned for the report.
-    let mut failure = None;
-    'tests: for opts in tests {
-        for cc in &ccs {
-            let mut o = opts.clone();
-            if cc.is_some() {
-                o.cc = cc.clone();
-            }
-            let what = format!(
-                "the {} test{}",
-                mode_label(o.mode),
-                cc.as_deref()
-                    .map(|c| format!(" with {c}"))
-                    .unwrap_or_default()
-            );
-            if cancel.is_cancelled() {
-                super::client::not_run(report, pathdoc_speed::CHECK, &what);
-                continue;
-            }
-            progress.status(&format!("throughput: {what} starting"));
-            let run = match pathdoc_speed::run_test(server, token.clone(), &o, progress, cancel)
-                .await
-                .with_context(|| format!("throughput test ({})", mode_label(o.mode)))
-            {
-                Ok(run) => run,
-                Err(e) => {
-                    failure = Some(e);
-                    break 'tests;
-                }
-            };
-            for d in &run.directions {
-                progress.note(&format!(
-                    "throughput: {}{}: {} goodput",
-                    d.direction.short(),
-                    cc.as_deref().map(|c| format!(" [{c}]")).unwrap_or_default(),
-                    pathdoc_core::units::format_rate(d.goodput_bps)
-                ));
-            }
-            runs.push(run);
-        }
-    }
-    // Diagnose each run; with two separate one-way runs also compare the directions.
-    for run in &runs {
-        let mut findings = pathdoc_speed::diagnose(run);
-        if compare {
-            if let Some(cc) = &run.congestion_control {
-                for f in &mut findings {
-                    f.title = format!("[{cc}] {}", f.title);
-                }
-            }
-        }
-        report.findings.extend(findings);
-    }
-    if !compare {
-        let up = runs
-            .iter()
-            .flat_map(|r| &r.directions)
-            .find(|d| d.direction == Direction::Upload);
-        let down = runs
-            .iter()
-            .flat_map(|r| &r.directions)
-            .find(|d| d.direction == Direction::Download);
-        let both_in_one = runs.iter().any(|r| r.mode == Mode::Both);
-        if let (Some(u), Some(d), false) = (up, down, both_in_one) {
-            report
-                .findings
-                .extend(pathdoc_speed::diagnose_asymmetry(u, d));
-        }
-    }
-    let mut comparisons = Vec::new();
-    if compare {
-        for d in [Direction::Upload, Direction::Download] {
-            let cc_runs: Vec<CcRun> = runs
-                .iter()
-                .flat_map(|r| {
-                    r.directions
-                        .iter()
-                        .filter(|x| x.direction == d)
-                        .map(move |x| (r, x))
-                })
-                .map(|(r, x)| CcRun {
-                    congestion_control: r.congestion_control.clone().unwrap_or_default(),
-                    goodput_bps: x.goodput_bps,
-                    retrans_share: x.retrans_share(),
-                })
-                .collect();
-            if let Some(f) = compare_cc(d, &cc_runs) {
-                comparisons.push(serde_json::json!({ "direction": d, "runs": cc_runs }));
-                report.findings.push(f);
-            }
-        }
-    }
-    if !runs.is_empty() {
-        report.data.insert(
-            pathdoc_speed::CHECK.to_string(),
-            serde_json::json!({ "runs": runs, "cc_comparison": comparisons }),
-        );
-    }
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
-}
-
-fn mode_label(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Upload => "upload",
-        Mode::Download => "download",
-        Mode::Both => "both directions",
-    }
+    let first = tests.first().map_or(Mode::Upload, |t| t.mode);
+    let m = pathdoc_speed::measure(server, token, tests, compare, progress, cancel)
+        .await
+        .with_context(|| {
+            format!(
+                "throughput test ({})",
+                pathdoc_speed::measure::mode_label(first)
+            )
+        })?;
+    report.findings.extend(m.findings.iter().cloned());
+    report
+        .data
+        .insert(pathdoc_speed::CHECK.to_string(), m.data());
+    Ok(())
 }
 
 #[cfg(test)]
