@@ -502,7 +502,9 @@ fn spawn_server(args: &Args, sessions: u32, connections: u64) -> anyhow::Result<
                 .arg((connections + 10_000).to_string())
                 .arg("--max-sessions-per-ip")
                 .arg((u64::from(sessions).div_ceil(sources) + 1).to_string())
-                .args(["--max-session-secs", "7200"]);
+                .arg("--max-sessions")
+                .arg((u64::from(sessions) + 64).to_string())
+                .args(["--max-session", "2h"]);
             cmd
         }
         ServerKind::Reference | ServerKind::Bare => {

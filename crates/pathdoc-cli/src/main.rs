@@ -45,8 +45,11 @@ pub struct Global {
 
 fn main() {
     let cli = Cli::parse();
-    let json_logs = matches!(&cli.command, Command::Server(a) if a.log_format() == cmd::server::LogFormat::Json);
-    init_logging(cli.verbose, json_logs);
+    let server_logs = match &cli.command {
+        Command::Server(a) => Some(a.log_format(cli.json)),
+        _ => None,
+    };
+    init_logging(cli.verbose, server_logs);
     let global = Global {
         json: cli.json,
         verbose: cli.verbose,
@@ -66,22 +69,33 @@ fn main() {
     }
 }
 
-fn init_logging(verbose: u8, json: bool) {
-    let default = match verbose {
-        0 if json => "info",
-        0 => "warn",
-        1 => "info",
-        2 => "debug",
+/// Logs go to stderr. A server logs one line per connection, session and refusal by default
+/// (`info`), as text or, with `--log-format json`, one JSON object per line and nothing else;
+/// other commands log only warnings unless `-v`. `PATHDOC_LOG` overrides the filter
+/// (`tracing` env-filter syntax). Colours only on a terminal and when `NO_COLOR` is unset.
+fn init_logging(verbose: u8, server: Option<cmd::server::LogFormat>) {
+    let default = match (verbose, server.is_some()) {
+        (0, true) => "info",
+        (0, false) => "warn",
+        (1, false) => "info",
+        (1, true) | (2, false) => "debug",
         _ => "trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("PATHDOC_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
+        .with_writer(std::io::stderr)
+        .with_ansi(colour_on_stderr());
+    match server {
+        Some(cmd::server::LogFormat::Json) => builder.json().flatten_event(true).init(),
+        Some(cmd::server::LogFormat::Text) => builder.with_target(false).init(),
+        None => builder.init(),
     }
+}
+
+/// <https://no-color.org>: colour only when stderr is a terminal and `NO_COLOR` is unset or empty.
+fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }

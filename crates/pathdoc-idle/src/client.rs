@@ -1084,6 +1084,7 @@ pub async fn run(
     let _ = request(&ctl_tx, ControlRequest::Finish).await;
     drop(ctl_tx);
     let _ = tokio::time::timeout(Duration::from_secs(2), ctl).await;
+    let _ = pathdoc_proto::end_session(cfg.server, cfg.token.clone(), &welcome).await;
 
     // Refine how probes died with the server's view.
     for g in groups.iter_mut().chain(std::iter::once(&mut ka)) {

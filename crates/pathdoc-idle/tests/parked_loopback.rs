@@ -36,6 +36,7 @@ impl TestServer {
                 connections_per_ip,
                 ..Limits::default()
             },
+            once: false,
         };
         let bound = Server::new(config)
             .with_service(Arc::new(IdleService::new()))

@@ -489,6 +489,7 @@ pub async fn run_check(
     }
 
     let _ = conn.send(&Request::Done).await;
+    let _ = pathdoc_proto::end_session(server, token.clone(), &welcome).await;
     receiver.abort();
     let findings = verdict::findings(&data);
     Ok(MtuResult { findings, data })

@@ -48,7 +48,6 @@ struct Inner {
     up_ids: BTreeMap<u32, Vec<u32>>,
     up_count: usize,
     probe_sock: Option<Arc<UdpSocket>>,
-    bytes_sent: u64,
     next_id: u32,
     mss: Option<(Option<u16>, Option<u32>)>,
     /// Listeners opened for this session; bounded so a client cannot pile up sockets.
@@ -238,16 +237,10 @@ impl MtuService {
                             },
                             overhead,
                         );
-                        {
-                            let mut g = state.lock();
-                            if g.bytes_sent + datagram.len() as u64
-                                > session.limits.udp_bytes_per_session
-                            {
-                                return Ok(Some(Reply::Error {
-                                    message: "session UDP budget exhausted".into(),
-                                }));
-                            }
-                            g.bytes_sent += datagram.len() as u64;
+                        if !session.charge_udp(datagram.len()) {
+                            return Ok(Some(Reply::Error {
+                                message: "session UDP budget exhausted".into(),
+                            }));
                         }
                         let local_error = if local_too_big.contains(&spec.size) {
                             true
@@ -408,6 +401,7 @@ impl Service for MtuService {
             }
         }
         if let Ok(i) = pathdoc_sys::tcp_info::tcp_info(conn.stream()) {
+            session.add_bytes(i.bytes_acked, i.bytes_received);
             state.lock().bulk = Some(BulkServerStats {
                 bytes_acked: i.bytes_acked,
                 snd_mss: i.snd_mss(),

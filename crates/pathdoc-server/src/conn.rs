@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use pathdoc_proto::{
     read_preamble, write_preamble, Channel, FramedConn, Hello, HelloReply, ProtoError, Refusal,
@@ -10,8 +11,8 @@ use pathdoc_proto::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::limits::AdmitError;
-use crate::session::SessionError;
+use crate::limits::{AdmitError, ClientKey, Limits};
+use crate::session::{EndReason, SessionError};
 use crate::Shared;
 
 pub(crate) fn bind_tcp(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
@@ -29,17 +30,30 @@ pub(crate) fn bind_tcp(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListe
 }
 
 pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
-    let permit = match shared.conns.try_admit(peer.ip(), &shared.config.limits) {
+    let limits = &shared.config.limits;
+    let key = ClientKey::of(peer.ip(), limits);
+    let mut permit = match shared.conns.try_admit(key, limits) {
         Ok(permit) => permit,
         Err(e) => {
-            let message = match e {
-                AdmitError::PerIp(n) => {
-                    format!("too many connections from {} (limit {n})", peer.ip())
-                }
-                AdmitError::Total(n) => format!("server is full ({n} connections)"),
+            let refusal = match e {
+                AdmitError::PerClient(n) => Refused::new(
+                    "connections-per-client",
+                    n,
+                    format!(
+                        "it allows {n} open connections per client address ({key}) and this address has them all; \
+                         wait for other pathdoc runs from this address or network to finish, or ask its operator to raise --max-connections-per-ip"
+                    ),
+                ),
+                AdmitError::Total(n) => Refused::new(
+                    "connections-total",
+                    n,
+                    format!(
+                        "it is holding its maximum of {n} open connections; try again in a few minutes or ask its operator to raise --max-connections"
+                    ),
+                ),
             };
-            tracing::info!(%peer, %message, "connection refused");
-            refuse_raw(stream, RefusalCode::LimitExceeded, message).await;
+            refusal.log(peer);
+            refuse_raw(stream, RefusalCode::LimitExceeded, refusal.message).await;
             return;
         }
     };
@@ -47,7 +61,7 @@ pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketA
         Ok(c) => c,
         Err(_) => return,
     };
-    let deadline = shared.config.limits.handshake_timeout;
+    let deadline = limits.handshake_timeout;
     let hello = tokio::select! {
         _ = shared.shutdown.cancelled() => return,
         r = tokio::time::timeout(deadline, read_hello(&mut conn)) => r,
@@ -55,56 +69,58 @@ pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketA
     let hello = match hello {
         Ok(Ok(hello)) => hello,
         Ok(Err(e)) => {
-            tracing::info!(%peer, error = %e, "bad handshake");
             let reply = match &e {
                 ProtoError::VersionMismatch { ours, theirs } => Some((
+                    "version-mismatch",
                     RefusalCode::VersionMismatch,
-                    format!("server speaks pathdoc protocol {ours}, client speaks {theirs}; upgrade the older side"),
+                    format!("it speaks pathdoc protocol {ours}, this client speaks {theirs}; upgrade the older side"),
                 )),
-                ProtoError::Malformed(m) => Some((RefusalCode::BadRequest, format!("malformed hello: {m}"))),
-                ProtoError::FrameTooLarge(_) => Some((RefusalCode::BadRequest, e.to_string())),
+                ProtoError::Malformed(m) => Some(("malformed-hello", RefusalCode::BadRequest, format!("malformed hello: {m}"))),
+                ProtoError::FrameTooLarge(_) => Some(("malformed-hello", RefusalCode::BadRequest, e.to_string())),
                 // Garbage: answer with the preamble and one short refusal so a human who
                 // pointed the wrong program here sees why, then close.
-                ProtoError::NotPathdoc(_) => Some((RefusalCode::BadRequest, "not a pathdoc client".to_string())),
+                ProtoError::NotPathdoc(_) => Some(("not-pathdoc", RefusalCode::BadRequest, "not a pathdoc client".to_string())),
                 _ => None,
             };
-            if let Some((code, message)) = reply {
-                refuse(&mut conn, code, message).await;
+            match reply {
+                Some((reason, code, message)) => {
+                    tracing::info!(client = %peer, reason = %reason, error = %e, "refused");
+                    refuse(&mut conn, code, message).await;
+                }
+                None => tracing::debug!(client = %peer, error = %e, "handshake failed"),
             }
             return;
         }
         Err(_) => {
-            tracing::info!(%peer, ?deadline, "handshake timed out");
+            tracing::info!(client = %peer, reason = %"handshake-timeout", timeout_s = deadline.as_secs_f64(), "refused");
             return;
         }
     };
 
     if let Some(expected) = &shared.config.auth_token {
-        match &hello.token {
-            None => {
-                return refuse(
-                    &mut conn,
-                    RefusalCode::AuthRequired,
-                    "this server requires --auth-token".into(),
-                )
-                .await
-            }
-            Some(t) if !constant_time_eq(t.as_bytes(), expected.as_bytes()) => {
-                tracing::info!(%peer, "authentication failed");
-                return refuse(
-                    &mut conn,
-                    RefusalCode::AuthFailed,
-                    "wrong auth token".into(),
-                )
-                .await;
-            }
-            Some(_) => {}
+        let refusal = match &hello.token {
+            None => Some((
+                "auth-required",
+                RefusalCode::AuthRequired,
+                "this server requires a shared secret: pass --auth-token (or set PATHDOC_AUTH_TOKEN)",
+            )),
+            Some(t) if !constant_time_eq(t.as_bytes(), expected.as_bytes()) => Some((
+                "auth-failed",
+                RefusalCode::AuthFailed,
+                "wrong auth token",
+            )),
+            Some(_) => None,
+        };
+        if let Some((reason, code, message)) = refusal {
+            tracing::info!(client = %peer, reason = %reason, "refused");
+            return refuse(&mut conn, code, message.into()).await;
         }
     }
 
     match hello.channel {
         Channel::Control { check, resume } => {
             let Some(service) = shared.service(check) else {
+                tracing::info!(client = %peer, reason = %"unsupported-check", %check, "refused");
                 return refuse(
                     &mut conn,
                     RefusalCode::UnsupportedCheck,
@@ -112,42 +128,34 @@ pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketA
                 )
                 .await;
             };
-            let (session, resumed) = match resume {
+            let attached = match resume {
                 Some(id) => match shared.registry.get(id) {
-                    Ok(s) if s.check == check => (s, true),
-                    _ => {
-                        return refuse(
-                            &mut conn,
-                            RefusalCode::UnknownSession,
-                            format!("session {id} is unknown or expired"),
-                        )
-                        .await
-                    }
+                    Ok(s) if s.check == check => shared.registry.attach(&s).map(|u| (s, u, true)),
+                    _ => Err(SessionError::Unknown(id)),
                 },
-                None => match shared.registry.create(
-                    check,
-                    peer.ip(),
-                    shared.udp.clone(),
-                    &shared.shutdown,
-                ) {
-                    Ok(s) => (s, false),
-                    Err(SessionError::TooMany(n)) => {
-                        return refuse(
-                            &mut conn,
-                            RefusalCode::LimitExceeded,
-                            format!("too many sessions from {} (limit {n})", peer.ip()),
-                        )
-                        .await
-                    }
-                    Err(SessionError::Unknown(_)) => return,
-                },
+                None => shared
+                    .registry
+                    .create(check, peer.ip(), shared.udp.clone(), &shared.shutdown)
+                    .map(|(s, u)| (s, u, false)),
             };
+            let (session, session_use, resumed) = match attached {
+                Ok(x) => x,
+                Err(e) => return refuse_session(&mut conn, peer, e, limits).await,
+            };
+            permit.attach(session_use);
             session.note_addr(peer.ip());
             session.touch();
             if welcome(&mut conn, session.id, peer).await.is_err() {
                 return;
             }
-            tracing::info!(%peer, session = %session.id, %check, resumed, "control connection");
+            tracing::info!(
+                client = %peer,
+                session = %session.id,
+                %check,
+                client_version = %hello.client_version,
+                "{}",
+                if resumed { "session resumed" } else { "session start" }
+            );
             // The handshake's state is dropped here; the connection lives on in a task that
             // holds only what the service needs.
             shared.tasks.spawn(async move {
@@ -157,7 +165,7 @@ pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketA
                     _ = cancel.cancelled() => {}
                     r = service.control(session.clone(), conn, resumed) => {
                         if let Err(e) = r {
-                            tracing::info!(%peer, session = %session.id, error = %e, "control ended with error");
+                            tracing::info!(client = %peer, session = %session.id, error = %e, "control connection ended with an error");
                         }
                     }
                 }
@@ -165,17 +173,15 @@ pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketA
             });
         }
         Channel::Data { session: id, tag } => {
-            let session = match shared.registry.get(id) {
-                Ok(s) => s,
-                Err(_) => {
-                    return refuse(
-                        &mut conn,
-                        RefusalCode::UnknownSession,
-                        format!("session {id} is unknown or expired"),
-                    )
-                    .await
-                }
+            let attached = shared
+                .registry
+                .get(id)
+                .and_then(|s| shared.registry.attach(&s).map(|u| (s, u)));
+            let (session, session_use) = match attached {
+                Ok(x) => x,
+                Err(e) => return refuse_session(&mut conn, peer, e, limits).await,
             };
+            permit.attach(session_use);
             let Some(service) = shared.service(session.check) else {
                 return;
             };
@@ -184,19 +190,119 @@ pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketA
             if welcome(&mut conn, session.id, peer).await.is_err() {
                 return;
             }
+            tracing::debug!(client = %peer, session = %session.id, tag, "accepted data connection");
             shared.tasks.spawn(async move {
                 let cancel = session.cancel.clone();
                 tokio::select! {
                     _ = cancel.cancelled() => {}
                     r = service.data(session.clone(), tag, conn, permit) => {
                         if let Err(e) = r {
-                            tracing::debug!(%peer, session = %session.id, tag, error = %e, "data connection ended with error");
+                            tracing::debug!(client = %peer, session = %session.id, tag, error = %e, "data connection ended with an error");
                         }
                     }
                 }
                 session.touch();
             });
         }
+        Channel::End { session: id } => {
+            if shared.registry.end(id, EndReason::Client) {
+                let _ = welcome(&mut conn, id, peer).await;
+            } else {
+                refuse_session(&mut conn, peer, SessionError::Unknown(id), limits).await;
+            }
+        }
+    }
+}
+
+/// A refusal: its log reason, the limit in force, and the user's message.
+struct Refused {
+    reason: &'static str,
+    limit: u32,
+    message: String,
+}
+
+impl Refused {
+    fn new(reason: &'static str, limit: u32, message: String) -> Self {
+        Refused {
+            reason,
+            limit,
+            message,
+        }
+    }
+
+    fn log(&self, peer: SocketAddr) {
+        tracing::info!(client = %peer, reason = %self.reason, limit = self.limit, "refused");
+    }
+}
+
+/// Words for a session that cannot be created, found or attached to.
+fn session_refusal(e: SessionError, limits: &Limits) -> (RefusalCode, Refused) {
+    match e {
+        SessionError::TooMany {
+            limit,
+            client,
+            soonest_end,
+        } => (
+            RefusalCode::LimitExceeded,
+            Refused::new(
+                "sessions-per-client",
+                limit,
+                format!(
+                    "it allows {} per client address ({client}) and {} running; \
+                     wait until one finishes (at the latest in {}) or ask its operator to raise --max-sessions-per-ip",
+                    if limit == 1 { "1 concurrent session".to_string() } else { format!("{limit} concurrent sessions") },
+                    if limit == 1 { "it is" } else { "all are" },
+                    format_duration(soonest_end)
+                ),
+            ),
+        ),
+        SessionError::Full(n) => (
+            RefusalCode::LimitExceeded,
+            Refused::new(
+                "sessions-total",
+                n,
+                format!(
+                    "it is running its maximum of {n} sessions; try again in a few minutes or ask its operator to raise --max-sessions"
+                ),
+            ),
+        ),
+        SessionError::Busy => (
+            RefusalCode::LimitExceeded,
+            Refused::new(
+                "once-busy",
+                1,
+                "it was started with --once and is serving another client; try again when that client is done".into(),
+            ),
+        ),
+        SessionError::Unknown(id) => (
+            RefusalCode::UnknownSession,
+            Refused::new(
+                "unknown-session",
+                0,
+                format!(
+                    "session {id} is unknown or has ended (sessions without a connection are kept {})",
+                    format_duration(limits.session_linger)
+                ),
+            ),
+        ),
+    }
+}
+
+async fn refuse_session(conn: &mut FramedConn, peer: SocketAddr, e: SessionError, limits: &Limits) {
+    let (code, refusal) = session_refusal(e, limits);
+    refusal.log(peer);
+    refuse(conn, code, refusal.message).await;
+}
+
+/// A duration for a refusal message: whole seconds below a minute, else minutes.
+fn format_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    let mins = secs.div_ceil(60);
+    match (secs, mins / 60, mins % 60) {
+        (0..=59, ..) => format!("{} s", secs.max(1)),
+        (60..=3599, ..) => format!("{mins} min"),
+        (_, h, 0) => format!("{h} h"),
+        (_, h, m) => format!("{h} h {m} min"),
     }
 }
 
@@ -215,6 +321,7 @@ async fn welcome(
         server_version: pathdoc_proto::software_version(),
         session,
         observed: peer,
+        revision: pathdoc_proto::PROTOCOL_REVISION,
     });
     conn.send(&reply).await
 }

@@ -25,8 +25,8 @@ use async_trait::async_trait;
 use pathdoc_proto::{CheckKind, FramedConn};
 use tokio_util::sync::CancellationToken;
 
-pub use limits::{ConnectionPermit, Limits};
-pub use session::{Session, SessionRegistry};
+pub use limits::{ClientKey, ConnectionPermit, Limits};
+pub use session::{EndReason, RegistrySnapshot, Session, SessionRegistry};
 
 /// Server settings. `Default` gives safe public-server values.
 #[derive(Debug, Clone)]
@@ -36,7 +36,14 @@ pub struct ServerConfig {
     /// Shared secret required in every Hello, if set.
     pub auth_token: Option<String>,
     pub limits: Limits,
+    /// Serve one client (address group), then stop: other clients are refused meanwhile, and
+    /// [`BoundServer::run`] returns once that client has had no live session for
+    /// [`ONCE_QUIET`] (a `pathdoc check` runs its checks one after another).
+    pub once: bool,
 }
+
+/// `--once`: how long the served client may have no live session before the server stops.
+pub const ONCE_QUIET: Duration = Duration::from_secs(3);
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -44,6 +51,7 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], pathdoc_proto::DEFAULT_PORT)),
             auth_token: None,
             limits: Limits::default(),
+            once: false,
         }
     }
 }
@@ -64,7 +72,8 @@ pub enum ServiceError {
 /// Errors that stop the server.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("cannot listen on {addr}: {source}")]
+    // The cause is the error's source, printed once by whoever shows the chain.
+    #[error("cannot listen on {addr}")]
     Bind {
         addr: SocketAddr,
         source: std::io::Error,
@@ -159,7 +168,7 @@ impl Server {
             source,
         })?;
         let shared = Arc::new(Shared {
-            registry: SessionRegistry::new(self.config.limits.clone()),
+            registry: SessionRegistry::new(self.config.limits.clone(), self.config.once),
             conns: limits::ConnectionCounter::default(),
             udp: Arc::new(udp),
             services: self.services,
@@ -201,18 +210,36 @@ impl BoundServer {
         self.local
     }
 
-    /// Serve until `shutdown` completes, then stop accepting, cancel the sessions and give
-    /// running connections `grace` to finish.
+    /// The session registry (for counters and tests).
+    pub fn registry(&self) -> SessionRegistry {
+        self.shared.registry.clone()
+    }
+
+    /// Serve until `shutdown` completes (or, with [`ServerConfig::once`], the one client is
+    /// done), then stop accepting, end the sessions and give running connections `grace` to
+    /// finish.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>, grace: Duration) {
         let shared = self.shared;
-        tracing::info!(listen = %self.local, auth = shared.config.auth_token.is_some(), "pathdoc server listening");
+        tracing::info!(
+            listen = %self.local,
+            auth = shared.config.auth_token.is_some(),
+            once = shared.config.once,
+            "pathdoc server listening on {} (TCP and UDP)",
+            self.local
+        );
         let tracker = shared.tasks.clone();
         tracker.spawn(udp::serve(shared.clone()));
         tracker.spawn(session::reap_loop(shared.clone()));
+        let once_done = once_finished(shared.clone());
         tokio::pin!(shutdown);
+        tokio::pin!(once_done);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
+                _ = &mut once_done => {
+                    tracing::info!("--once: the client is done");
+                    break;
+                }
                 accepted = self.tcp.accept() => match accepted {
                     Ok((stream, peer)) => {
                         tracker.spawn(conn::handle(shared.clone(), stream, peer));
@@ -225,7 +252,8 @@ impl BoundServer {
                 }
             }
         }
-        tracing::info!("shutting down: no new connections, cancelling sessions");
+        tracing::info!("shutting down: no new connections, ending sessions");
+        shared.registry.end_all();
         shared.shutdown.cancel();
         tracker.close();
         if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
@@ -233,6 +261,23 @@ impl BoundServer {
                 ?grace,
                 "some connections did not finish within the grace period"
             );
+        }
+    }
+}
+
+/// Resolves when a `--once` server's client has been quiet for [`ONCE_QUIET`]; never otherwise.
+async fn once_finished(shared: Arc<Shared>) {
+    if !shared.config.once {
+        return std::future::pending().await;
+    }
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tick.tick().await;
+        if shared
+            .registry
+            .once_finished(std::time::Instant::now(), ONCE_QUIET)
+        {
+            return;
         }
     }
 }

@@ -199,6 +199,7 @@ pub async fn run_test(
     });
     let result = drive(opts, &spec, duration, data, &mut wr, &mut rx, progress).await;
     reader.abort();
+    let _ = pathdoc_proto::end_session(server, token.clone(), &welcome).await;
     let (client_samples, server_samples) = result?;
     let client_host = crate::host::tcp_settings();
     let directions = build_directions(

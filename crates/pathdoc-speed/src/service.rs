@@ -342,6 +342,10 @@ async fn run_one_test(
     }
     // The state at the moment the client said stop: the end of the measured interval.
     let last = side_sample(&streams, t0, cpu0);
+    session.add_bytes(
+        last.streams.iter().map(|s| s.info.bytes_acked).sum(),
+        last.streams.iter().map(|s| s.info.bytes_received).sum(),
+    );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let joined = tokio::task::spawn_blocking(move || {
         for s in &mut streams {
