@@ -13,11 +13,11 @@
 //! [`procfs`] (memory, CPU, socket counters), [`stats`] (percentiles), [`null_server`]
 //! (framework-only reference server for the memory breakdown).
 
-mod child;
 mod load;
 mod null_server;
-mod procfs;
 mod stats;
+
+use pathdoc_bench_scale::{child, procfs};
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -31,8 +31,8 @@ use clap::Parser;
 use pathdoc_proto::{Channel, FramedConn};
 use tokio::sync::{mpsc, Semaphore};
 
-use crate::child::ServerProcess;
 use crate::load::{Arrival, Command as CtlCommand, ControlStats};
+use pathdoc_bench_scale::child::ServerProcess;
 
 /// Targets of issue #3 §9.
 const TARGET_CONNECTIONS: u64 = 100_000;

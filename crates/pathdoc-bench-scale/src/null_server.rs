@@ -68,6 +68,7 @@ pub fn run(listen: SocketAddr) -> anyhow::Result<()> {
             auth_token: None,
             limits,
             once: false,
+            stats_interval: None,
         };
         let service: Arc<dyn Service> = Arc::new(HoldService);
         let bound = Server::new(config).with_service(service).bind().await?;

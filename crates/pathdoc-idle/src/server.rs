@@ -161,6 +161,14 @@ impl Service for IdleService {
             {
                 Ok(r) => r,
                 Err(e) if e.is_disconnect() => return Ok(()),
+                // A frame that is not a request: say so and carry on.
+                Err(pathdoc_proto::ProtoError::Malformed(m)) => {
+                    conn.send(&ControlReply::Error {
+                        message: format!("malformed request: {m}"),
+                    })
+                    .await?;
+                    continue;
+                }
                 Err(e) => return Err(e.into()),
             };
             session.touch();
@@ -180,10 +188,10 @@ impl Service for IdleService {
                     }
                 }
                 ControlRequest::Fire { tags, nonce } => ControlReply::Fired {
-                    fired: fire_tcp(&session, &state, &tags, nonce),
+                    fired: fire_tcp(&session, &state, &distinct(tags), nonce),
                 },
                 ControlRequest::FireUdp { tags, nonce } => ControlReply::Fired {
-                    fired: fire_udp(&session, &state, &tags, nonce).await,
+                    fired: fire_udp(&session, &state, &distinct(tags), nonce).await,
                 },
                 ControlRequest::KeepWarm {
                     tags,
@@ -191,7 +199,7 @@ impl Service for IdleService {
                     interval_ms,
                 } => keep_warm(&session, &state, &tags, ttl, interval_ms),
                 ControlRequest::UdpRefresh { tags, interval_ms } => {
-                    start_refresh(&session, &state, tags, interval_ms)
+                    start_refresh(&session, &state, distinct(tags), interval_ms)
                 }
                 ControlRequest::Results { after } => {
                     let probes = lock(&state.probes);
@@ -706,6 +714,17 @@ async fn fire_udp(session: &Session, state: &IdleState, tags: &[u32], nonce: u64
     out
 }
 
+/// Tags in first-seen order without repeats: a request naming one probe 15 000 times does the
+/// work of one.
+fn distinct(tags: Vec<u32>) -> Vec<u32> {
+    let mut seen = std::collections::HashSet::with_capacity(tags.len().min(MAX_PROBES_PER_SESSION));
+    tags.into_iter().filter(|t| seen.insert(*t)).collect()
+}
+
+/// Refresh datagrams one session may send per second; a tick sends at most its share and the
+/// next tick continues where it stopped, so a large request is paced, not burst.
+const REFRESH_DATAGRAMS_PER_SECOND: u64 = 1000;
+
 fn start_refresh(
     session: &Arc<Session>,
     state: &Arc<IdleState>,
@@ -717,13 +736,25 @@ fn start_refresh(
             message: "refresh interval below 200 ms refused".into(),
         };
     }
+    if tags.len() > MAX_PROBES_PER_SESSION {
+        return ControlReply::Error {
+            message: format!(
+                "{} bindings to refresh; a session has at most {MAX_PROBES_PER_SESSION}",
+                tags.len()
+            ),
+        };
+    }
+    let per_tick = (REFRESH_DATAGRAMS_PER_SECOND * interval_ms / 1000).max(1) as usize;
     let session = session.clone();
     let st = state.clone();
     let handle = tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(interval_ms));
+        let mut next = 0usize;
         loop {
+            // Never outlives its client: it stops when the session's last connection closes
+            // (a client that left is not refreshed) or the session ends.
             tokio::select! {
-                _ = session.cancel.cancelled() => return,
+                _ = session.unused() => return,
                 _ = tick.tick() => {}
             }
             let targets: Vec<(u32, SocketAddr)> = {
@@ -737,7 +768,15 @@ fn start_refresh(
                     })
                     .collect()
             };
-            for (tag, to) in targets {
+            if targets.is_empty() {
+                continue;
+            }
+            let n = targets.len().min(per_tick);
+            let batch: Vec<(u32, SocketAddr)> = (0..n)
+                .map(|i| targets[(next + i) % targets.len()])
+                .collect();
+            next = (next + n) % targets.len();
+            for (tag, to) in batch {
                 let payload = UdpPayload {
                     tag,
                     nonce: 0,

@@ -37,6 +37,7 @@ impl TestServer {
                 ..Limits::default()
             },
             once: false,
+            stats_interval: None,
         };
         let bound = Server::new(config)
             .with_service(Arc::new(IdleService::new()))

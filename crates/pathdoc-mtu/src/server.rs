@@ -53,7 +53,37 @@ struct Inner {
     /// Listeners opened for this session; bounded so a client cannot pile up sockets.
     mss_listeners: u32,
     bulk: Option<BulkServerStats>,
+    /// A bulk download is running (at most one per session).
+    bulk_running: bool,
 }
+
+/// A session's one bulk-download slot and its share of the server's bulk budget, held with the
+/// data connection (see `Service::admit_data`).
+struct BulkSlot {
+    state: Arc<State>,
+    _budget: pathdoc_server::BudgetHold,
+}
+
+impl Drop for BulkSlot {
+    fn drop(&mut self) {
+        self.state.lock().bulk_running = false;
+    }
+}
+
+/// Drops the session's probe socket when the control connection ends, however it ends: only
+/// the control connection can use it, so a lingering session keeps no UDP socket.
+struct ProbeSocketRelease(Arc<State>);
+
+impl Drop for ProbeSocketRelease {
+    fn drop(&mut self) {
+        self.0.lock().probe_sock = None;
+    }
+}
+
+/// How long a finished bulk download's queued bytes may take to reach a reading client before
+/// the server resets the connection (a client that does not read would otherwise leave them in
+/// an orphaned socket).
+const BULK_CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 impl State {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -298,9 +328,11 @@ impl MtuService {
                 state.lock().mss = None;
                 tokio::spawn(async move {
                     let deadline = Instant::now() + Duration::from_secs(5);
-                    while let Ok(Ok((stream, peer))) =
-                        tokio::time::timeout_at(deadline.into(), listener.accept()).await
-                    {
+                    let cancel = session.cancel.clone();
+                    while let Some(Ok(Ok((stream, peer)))) = tokio::select! {
+                        _ = cancel.cancelled() => None,
+                        r = tokio::time::timeout_at(deadline.into(), listener.accept()) => Some(r),
+                    } {
                         if !session.knows_addr(peer.ip()) {
                             continue;
                         }
@@ -357,10 +389,23 @@ impl Service for MtuService {
         _resumed: bool,
     ) -> Result<(), ServiceError> {
         let state = session.state::<State>();
+        let _release = ProbeSocketRelease(state.clone());
         loop {
-            let req: Request = tokio::select! {
+            let received = tokio::select! {
                 _ = session.cancel.cancelled() => return Ok(()),
-                r = conn.recv_timeout(CONTROL_IDLE, "the next mtu request") => r?,
+                r = conn.recv_timeout(CONTROL_IDLE, "the next mtu request") => r,
+            };
+            let req: Request = match received {
+                Ok(r) => r,
+                // A frame that is not a request: say so and carry on.
+                Err(pathdoc_proto::ProtoError::Malformed(m)) => {
+                    conn.send(&Reply::Error {
+                        message: format!("malformed request: {m}"),
+                    })
+                    .await?;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
             };
             session.touch();
             let reply = match self.handle(&session, &mut conn, &state, req).await {
@@ -372,6 +417,34 @@ impl Service for MtuService {
             };
             conn.send(&reply).await?;
         }
+    }
+
+    fn admit_data(
+        &self,
+        session: &Arc<Session>,
+        tag: u32,
+    ) -> Result<Option<pathdoc_server::Reservation>, pathdoc_server::Refuse> {
+        if tag != TAG_BULK {
+            return Err(pathdoc_server::Refuse {
+                reason: "unexpected-data",
+                limit: 0,
+                message: format!("unknown mtu data tag {tag}"),
+            });
+        }
+        let state = session.state::<State>();
+        if state.lock().bulk_running {
+            return Err(pathdoc_server::Refuse {
+                reason: "bulk-per-session",
+                limit: 1,
+                message: "a bulk download of this session is already running; a session runs one at a time".into(),
+            });
+        }
+        let budget = session.budgets().bulk.try_take(session.client, 1)?;
+        state.lock().bulk_running = true;
+        Ok(Some(Box::new(BulkSlot {
+            state,
+            _budget: budget,
+        })))
     }
 
     async fn data(
@@ -409,6 +482,7 @@ impl Service for MtuService {
                 total_retrans: i.total_retrans,
             });
         }
+        pathdoc_server::closing::release_send_queues(&[conn.stream()], BULK_CLOSE_GRACE).await;
         Ok(())
     }
 

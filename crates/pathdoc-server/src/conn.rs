@@ -1,6 +1,7 @@
 //! One accepted TCP connection: admission, handshake, auth, dispatch to a service.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,9 +12,10 @@ use pathdoc_proto::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::limits::{AdmitError, ClientKey, Limits};
+use crate::budget::Refuse;
+use crate::limits::{AdmitError, ClientKey, ConnectionPermit, Limits};
 use crate::session::{EndReason, SessionError};
-use crate::Shared;
+use crate::{Shared, SEND_TIMEOUT};
 
 pub(crate) fn bind_tcp(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     let socket = socket2::Socket::new(
@@ -29,34 +31,77 @@ pub(crate) fn bind_tcp(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListe
     tokio::net::TcpListener::from_std(socket.into())
 }
 
-pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
+/// Count a new connection against its client's and the server's limits.
+pub(crate) fn admit(shared: &Shared, peer: SocketAddr) -> Result<ConnectionPermit, AdmitError> {
+    shared.accounting.accepted.fetch_add(1, Ordering::Relaxed);
     let limits = &shared.config.limits;
-    let key = ClientKey::of(peer.ip(), limits);
-    let mut permit = match shared.conns.try_admit(key, limits) {
-        Ok(permit) => permit,
-        Err(e) => {
-            let refusal = match e {
-                AdmitError::PerClient(n) => Refused::new(
-                    "connections-per-client",
-                    n,
-                    format!(
-                        "it allows {n} open connections per client address ({key}) and this address has them all; \
-                         wait for other pathdoc runs from this address or network to finish, or ask its operator to raise --max-connections-per-ip"
-                    ),
-                ),
-                AdmitError::Total(n) => Refused::new(
-                    "connections-total",
-                    n,
-                    format!(
-                        "it is holding its maximum of {n} open connections; try again in a few minutes or ask its operator to raise --max-connections"
-                    ),
-                ),
-            };
-            refusal.log(peer);
-            refuse_raw(stream, RefusalCode::LimitExceeded, refusal.message).await;
-            return;
-        }
+    shared
+        .conns
+        .try_admit(ClientKey::of(peer.ip(), limits), limits)
+}
+
+/// Refuse a connection [`admit`] turned away, from the accept loop: the refusal is written at
+/// once (it fits an empty socket buffer) after reading what the client already sent, and the
+/// socket closed, all without waiting. Only when the client's hello has not arrived yet does
+/// a task wait for it briefly (see [`refuse`]), and only while few refusals are waiting.
+pub(crate) fn refuse_admission(
+    shared: &Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    over: AdmitError,
+) {
+    let key = ClientKey::of(peer.ip(), &shared.config.limits);
+    let refusal = match over {
+        AdmitError::PerClient(n) => Refuse {
+            reason: "connections-per-client",
+            limit: n,
+            message: format!(
+                "it allows {n} open connections per client address ({key}) and this address has them all; \
+                 wait for other pathdoc runs from this address or network to finish, or ask its operator to raise --max-connections-per-ip"
+            ),
+        },
+        AdmitError::Total(n) => Refuse {
+            reason: "connections-total",
+            limit: n,
+            message: format!(
+                "it is holding its maximum of {n} open connections; try again in a few minutes or ask its operator to raise --max-connections"
+            ),
+        },
     };
+    shared.accounting.refused(peer, &refusal);
+    let bytes = encode_refusal(RefusalCode::LimitExceeded, refusal.message);
+    let mut sink = [0u8; 1024];
+    let mut heard = false;
+    for _ in 0..4 {
+        match stream.try_read(&mut sink) {
+            Ok(0) => {
+                heard = true;
+                break;
+            }
+            Ok(_) => heard = true,
+            Err(_) => break,
+        }
+    }
+    let waiting = &shared.accounting.refusing;
+    if heard || waiting.load(Ordering::Relaxed) >= MAX_DRAINING_REFUSALS {
+        let _ = stream.try_write(&bytes);
+        let _ = socket2::SockRef::from(&stream).shutdown(std::net::Shutdown::Write);
+        return;
+    }
+    let shared = shared.clone();
+    shared.clone().tasks.spawn(async move {
+        let mut stream = stream;
+        send_refusal(&shared, &mut stream, bytes).await;
+    });
+}
+
+pub(crate) async fn handle(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    mut permit: ConnectionPermit,
+) {
+    let limits = &shared.config.limits;
     let mut conn = match FramedConn::new(stream) {
         Ok(c) => c,
         Err(_) => return,
@@ -69,62 +114,62 @@ pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketA
     let hello = match hello {
         Ok(Ok(hello)) => hello,
         Ok(Err(e)) => {
-            let reply = match &e {
-                ProtoError::VersionMismatch { ours, theirs } => Some((
+            let (reason, code, message) = match &e {
+                ProtoError::VersionMismatch { ours, theirs } => (
                     "version-mismatch",
                     RefusalCode::VersionMismatch,
                     format!("it speaks pathdoc protocol {ours}, this client speaks {theirs}; upgrade the older side"),
-                )),
-                ProtoError::Malformed(m) => Some(("malformed-hello", RefusalCode::BadRequest, format!("malformed hello: {m}"))),
-                ProtoError::FrameTooLarge(_) => Some(("malformed-hello", RefusalCode::BadRequest, e.to_string())),
+                ),
+                ProtoError::Malformed(m) => ("malformed-hello", RefusalCode::BadRequest, format!("malformed hello: {m}")),
+                ProtoError::FrameTooLarge(_) => ("malformed-hello", RefusalCode::BadRequest, e.to_string()),
                 // Garbage: answer with the preamble and one short refusal so a human who
                 // pointed the wrong program here sees why, then close.
-                ProtoError::NotPathdoc(_) => Some(("not-pathdoc", RefusalCode::BadRequest, "not a pathdoc client".to_string())),
-                _ => None,
+                ProtoError::NotPathdoc(_) => ("not-pathdoc", RefusalCode::BadRequest, "not a pathdoc client".to_string()),
+                // The connection broke: nobody to tell.
+                _ => return tracing::debug!(client = %peer, error = %e, "handshake failed"),
             };
-            match reply {
-                Some((reason, code, message)) => {
-                    tracing::info!(client = %peer, reason = %reason, error = %e, "refused");
-                    refuse(&mut conn, code, message).await;
-                }
-                None => tracing::debug!(client = %peer, error = %e, "handshake failed"),
-            }
-            return;
+            let refusal = Refuse {
+                reason,
+                limit: 0,
+                message,
+            };
+            return refuse(&shared, conn.stream_mut(), peer, code, refusal).await;
         }
         Err(_) => {
-            tracing::info!(client = %peer, reason = %"handshake-timeout", timeout_s = deadline.as_secs_f64(), "refused");
-            return;
+            let refusal = Refuse {
+                reason: "handshake-timeout",
+                limit: deadline.as_secs() as u32,
+                message: format!("no pathdoc hello within {} s", deadline.as_secs()),
+            };
+            return refuse(
+                &shared,
+                conn.stream_mut(),
+                peer,
+                RefusalCode::BadRequest,
+                refusal,
+            )
+            .await;
         }
     };
-
-    if let Some(expected) = &shared.config.auth_token {
-        let refusal = match &hello.token {
-            None => Some((
-                "auth-required",
-                RefusalCode::AuthRequired,
-                "this server requires a shared secret: pass --auth-token (or set PATHDOC_AUTH_TOKEN)",
-            )),
-            Some(t) if !constant_time_eq(t.as_bytes(), expected.as_bytes()) => Some((
-                "auth-failed",
-                RefusalCode::AuthFailed,
-                "wrong auth token",
-            )),
-            Some(_) => None,
-        };
-        if let Some((reason, code, message)) = refusal {
-            tracing::info!(client = %peer, reason = %reason, "refused");
-            return refuse(&mut conn, code, message.into()).await;
-        }
+    if let Some(refusal) = check_auth(&shared, &hello) {
+        let (code, refusal) = refusal;
+        return refuse(&shared, conn.stream_mut(), peer, code, refusal).await;
     }
-
+    conn.set_send_timeout(Some(SEND_TIMEOUT));
     match hello.channel {
         Channel::Control { check, resume } => {
             let Some(service) = shared.service(check) else {
-                tracing::info!(client = %peer, reason = %"unsupported-check", %check, "refused");
+                let refusal = Refuse {
+                    reason: "unsupported-check",
+                    limit: 0,
+                    message: format!("this server does not run the {check} check"),
+                };
                 return refuse(
-                    &mut conn,
+                    &shared,
+                    conn.stream_mut(),
+                    peer,
                     RefusalCode::UnsupportedCheck,
-                    format!("this server does not run the {check} check"),
+                    refusal,
                 )
                 .await;
             };
@@ -140,7 +185,7 @@ pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketA
             };
             let (session, session_use, resumed) = match attached {
                 Ok(x) => x,
-                Err(e) => return refuse_session(&mut conn, peer, e, limits).await,
+                Err(e) => return refuse_session(&shared, &mut conn, peer, e).await,
             };
             permit.attach(session_use);
             session.note_addr(peer.ip());
@@ -179,12 +224,26 @@ pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketA
                 .and_then(|s| shared.registry.attach(&s).map(|u| (s, u)));
             let (session, session_use) = match attached {
                 Ok(x) => x,
-                Err(e) => return refuse_session(&mut conn, peer, e, limits).await,
+                Err(e) => return refuse_session(&shared, &mut conn, peer, e).await,
             };
             permit.attach(session_use);
             let Some(service) = shared.service(session.check) else {
                 return;
             };
+            match service.admit_data(&session, tag) {
+                Ok(Some(reservation)) => permit.reserve(reservation),
+                Ok(None) => {}
+                Err(refusal) => {
+                    return refuse(
+                        &shared,
+                        conn.stream_mut(),
+                        peer,
+                        RefusalCode::LimitExceeded,
+                        refusal,
+                    )
+                    .await
+                }
+            }
             session.note_addr(peer.ip());
             session.touch();
             if welcome(&mut conn, session.id, peer).await.is_err() {
@@ -208,90 +267,154 @@ pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketA
             if shared.registry.end(id, EndReason::Client) {
                 let _ = welcome(&mut conn, id, peer).await;
             } else {
-                refuse_session(&mut conn, peer, SessionError::Unknown(id), limits).await;
+                refuse_session(&shared, &mut conn, peer, SessionError::Unknown(id)).await;
             }
         }
     }
 }
 
-/// A refusal: its log reason, the limit in force, and the user's message.
-struct Refused {
-    reason: &'static str,
-    limit: u32,
-    message: String,
-}
-
-impl Refused {
-    fn new(reason: &'static str, limit: u32, message: String) -> Self {
-        Refused {
-            reason,
-            limit,
-            message,
+/// The shared secret, when the server requires one.
+fn check_auth(shared: &Shared, hello: &Hello) -> Option<(RefusalCode, Refuse)> {
+    let expected = shared.config.auth_token.as_ref()?;
+    let (code, reason, message) = match &hello.token {
+        None => (
+            RefusalCode::AuthRequired,
+            "auth-required",
+            "this server requires a shared secret: pass --auth-token (or set PATHDOC_AUTH_TOKEN)",
+        ),
+        Some(t) if !constant_time_eq(t.as_bytes(), expected.as_bytes()) => {
+            (RefusalCode::AuthFailed, "auth-failed", "wrong auth token")
         }
-    }
-
-    fn log(&self, peer: SocketAddr) {
-        tracing::info!(client = %peer, reason = %self.reason, limit = self.limit, "refused");
-    }
+        Some(_) => return None,
+    };
+    Some((
+        code,
+        Refuse {
+            reason,
+            limit: 0,
+            message: message.to_string(),
+        },
+    ))
 }
 
 /// Words for a session that cannot be created, found or attached to.
-fn session_refusal(e: SessionError, limits: &Limits) -> (RefusalCode, Refused) {
-    match e {
+fn session_refusal(e: SessionError, limits: &Limits) -> (RefusalCode, Refuse) {
+    let (code, reason, limit, message) = match e {
         SessionError::TooMany {
             limit,
             client,
             soonest_end,
         } => (
             RefusalCode::LimitExceeded,
-            Refused::new(
-                "sessions-per-client",
-                limit,
-                format!(
-                    "it allows {} per client address ({client}) and {} running; \
-                     wait until one finishes (at the latest in {}) or ask its operator to raise --max-sessions-per-ip",
-                    if limit == 1 { "1 concurrent session".to_string() } else { format!("{limit} concurrent sessions") },
-                    if limit == 1 { "it is" } else { "all are" },
-                    format_duration(soonest_end)
-                ),
+            "sessions-per-client",
+            limit,
+            format!(
+                "it allows {} per client address ({client}) and {} running; \
+                 wait until one finishes (at the latest in {}) or ask its operator to raise --max-sessions-per-ip",
+                if limit == 1 { "1 concurrent session".to_string() } else { format!("{limit} concurrent sessions") },
+                if limit == 1 { "it is" } else { "all are" },
+                format_duration(soonest_end)
             ),
         ),
         SessionError::Full(n) => (
             RefusalCode::LimitExceeded,
-            Refused::new(
-                "sessions-total",
-                n,
-                format!(
-                    "it is running its maximum of {n} sessions; try again in a few minutes or ask its operator to raise --max-sessions"
-                ),
+            "sessions-total",
+            n,
+            format!(
+                "it is running its maximum of {n} sessions; try again in a few minutes or ask its operator to raise --max-sessions"
             ),
         ),
         SessionError::Busy => (
             RefusalCode::LimitExceeded,
-            Refused::new(
-                "once-busy",
-                1,
-                "it was started with --once and is serving another client; try again when that client is done".into(),
-            ),
+            "once-busy",
+            1,
+            "it was started with --once and is serving another client; try again when that client is done".into(),
         ),
         SessionError::Unknown(id) => (
             RefusalCode::UnknownSession,
-            Refused::new(
-                "unknown-session",
-                0,
-                format!(
-                    "session {id} is unknown or has ended (sessions without a connection are kept {})",
-                    format_duration(limits.session_linger)
-                ),
+            "unknown-session",
+            0,
+            format!(
+                "session {id} is unknown or has ended (sessions without a connection are kept {})",
+                format_duration(limits.session_linger)
             ),
         ),
-    }
+    };
+    (
+        code,
+        Refuse {
+            reason,
+            limit,
+            message,
+        },
+    )
 }
 
-async fn refuse_session(conn: &mut FramedConn, peer: SocketAddr, e: SessionError, limits: &Limits) {
-    let (code, refusal) = session_refusal(e, limits);
-    refusal.log(peer);
-    refuse(conn, code, refusal.message).await;
+async fn refuse_session(shared: &Shared, conn: &mut FramedConn, peer: SocketAddr, e: SessionError) {
+    let (code, refusal) = session_refusal(e, &shared.config.limits);
+    refuse(shared, conn.stream_mut(), peer, code, refusal).await;
+}
+
+/// Longest a refusal may take to write (it fits an empty socket buffer: normally at once).
+const REFUSAL_WRITE: Duration = Duration::from_millis(100);
+/// Longest a refused connection waits for what its client already sent (see [`refuse`]).
+const REFUSAL_DRAIN: Duration = Duration::from_millis(50);
+/// Refused connections that may wait for their client's bytes at once; more close right after
+/// the refusal is written. Bounds the descriptors a refusal flood can hold.
+const MAX_DRAINING_REFUSALS: u32 = 256;
+
+/// Refuse a connection: count and log the reason, write a `refused` frame, and close. Costs one
+/// descriptor for at most [`REFUSAL_WRITE`] + [`REFUSAL_DRAIN`]: closing with the client's hello
+/// still unread would make the kernel answer with a reset that can destroy the refusal before
+/// the client reads it, so the server first reads what the client sent (it normally arrived
+/// with the handshake), bounded in time, bytes and in how many refusals may wait at once.
+async fn refuse(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    code: RefusalCode,
+    refusal: Refuse,
+) {
+    shared.accounting.refused(peer, &refusal);
+    send_refusal(shared, stream, encode_refusal(code, refusal.message)).await;
+}
+
+/// Preamble and `refused` frame, ready to write.
+fn encode_refusal(code: RefusalCode, message: String) -> Vec<u8> {
+    let reply = HelloReply::Refused(Refusal { code, message });
+    let mut bytes = Vec::with_capacity(256);
+    bytes.extend_from_slice(&pathdoc_proto::MAGIC);
+    bytes.extend_from_slice(&pathdoc_proto::PROTOCOL_VERSION.to_be_bytes());
+    let body = serde_json::to_vec(&reply).unwrap_or_default();
+    bytes.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    bytes.extend_from_slice(&body);
+    bytes
+}
+
+/// Write the refusal, then read what the client sent (bounded in time, bytes, and in how many
+/// refusals may wait at once), then close.
+async fn send_refusal(shared: &Shared, stream: &mut TcpStream, bytes: Vec<u8>) {
+    let refusing = &shared.accounting.refusing;
+    let waiting = refusing.fetch_add(1, Ordering::Relaxed) < MAX_DRAINING_REFUSALS;
+    let _ = tokio::time::timeout(REFUSAL_WRITE, async {
+        stream.write_all(&bytes).await?;
+        stream.shutdown().await
+    })
+    .await;
+    if waiting {
+        let mut sink = [0u8; 1024];
+        let mut drained = 0usize;
+        let _ = tokio::time::timeout(REFUSAL_DRAIN, async {
+            while drained < 4096 {
+                match stream.read(&mut sink).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => drained += n,
+                }
+            }
+        })
+        .await;
+    }
+    refusing.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// A duration for a refusal message: whole seconds below a minute, else minutes.
@@ -324,37 +447,6 @@ async fn welcome(
         revision: pathdoc_proto::PROTOCOL_REVISION,
     });
     conn.send(&reply).await
-}
-
-async fn refuse(conn: &mut FramedConn, code: RefusalCode, message: String) {
-    let reply = HelloReply::Refused(Refusal { code, message });
-    // Best effort with a short deadline: the peer may not be reading.
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
-        write_preamble(conn.stream_mut()).await?;
-        conn.send(&reply).await?;
-        conn.stream_mut().shutdown().await.map_err(ProtoError::from)
-    })
-    .await;
-    // Closing with the client's Hello still unread would make the kernel answer with a RST,
-    // which can destroy the refusal before the client reads it. Read and discard what the
-    // client sends until it closes, bounded in time and bytes.
-    let mut sink = [0u8; 1024];
-    let mut drained = 0usize;
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
-        while drained < 64 * 1024 {
-            match conn.stream_mut().read(&mut sink).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => drained += n,
-            }
-        }
-    })
-    .await;
-}
-
-async fn refuse_raw(stream: TcpStream, code: RefusalCode, message: String) {
-    if let Ok(mut conn) = FramedConn::new(stream) {
-        refuse(&mut conn, code, message).await;
-    }
 }
 
 /// Compare secrets without leaking the position of the first difference through timing.

@@ -43,6 +43,14 @@ pub struct Limits {
     pub ipv4_prefix: u8,
     /// IPv6 addresses sharing this many leading bits count as one client (64: one LAN).
     pub ipv6_prefix: u8,
+    /// Throughput-test stream threads at once from one client.
+    pub streams_per_ip: u32,
+    /// Throughput-test stream threads at once in total.
+    pub streams_total: u32,
+    /// MTU-check bulk downloads at once from one client (one per session at most).
+    pub bulk_per_ip: u32,
+    /// MTU-check bulk downloads at once in total.
+    pub bulk_total: u32,
 }
 
 impl Default for Limits {
@@ -59,6 +67,10 @@ impl Default for Limits {
             udp_bytes_per_session: 4 * 1024 * 1024,
             ipv4_prefix: 32,
             ipv6_prefix: 64,
+            streams_per_ip: 16,
+            streams_total: 64,
+            bulk_per_ip: 4,
+            bulk_total: 16,
         }
     }
 }
@@ -98,6 +110,28 @@ impl Limits {
         }
         if self.max_test_duration > self.session_max {
             problems.push("--max-test is longer than --max-session".to_string());
+        }
+        for (flag, per, total_flag, total) in [
+            (
+                "--max-streams-per-ip",
+                self.streams_per_ip,
+                "--max-streams",
+                self.streams_total,
+            ),
+            (
+                "--max-bulk-per-ip",
+                self.bulk_per_ip,
+                "--max-bulk",
+                self.bulk_total,
+            ),
+        ] {
+            if per == 0 {
+                problems.push(format!(
+                    "{flag} 0 would refuse every such check; use at least 1"
+                ));
+            } else if total < per {
+                problems.push(format!("{total_flag} {total} is below {flag} {per}"));
+            }
         }
         if !(8..=32).contains(&self.ipv4_prefix) {
             problems.push(format!("--ipv4-prefix {} must be 8..=32", self.ipv4_prefix));
@@ -199,6 +233,7 @@ impl ConnectionCounter {
             counter: self.inner.clone(),
             key,
             session: None,
+            reservation: None,
         })
     }
 
@@ -220,11 +255,20 @@ pub struct ConnectionPermit {
     counter: Arc<Mutex<CounterState>>,
     key: ClientKey,
     session: Option<SessionUse>,
+    reservation: Option<Reservation>,
 }
+
+/// What a service reserved for a connection (see `Service::admit_data`): a budget share, a
+/// per-session slot. Released when the connection's permit drops.
+pub type Reservation = Box<dyn std::any::Any + Send + Sync>;
 
 impl ConnectionPermit {
     pub(crate) fn attach(&mut self, session: SessionUse) {
         self.session = Some(session);
+    }
+
+    pub(crate) fn reserve(&mut self, reservation: Reservation) {
+        self.reservation = Some(reservation);
     }
 
     pub fn client(&self) -> ClientKey {
@@ -234,7 +278,9 @@ impl ConnectionPermit {
 
 impl Drop for ConnectionPermit {
     fn drop(&mut self) {
-        // The session's count first: a session is live while any of its connections is.
+        // What the connection reserved, then the session's count: a session is live while any
+        // of its connections is.
+        drop(self.reservation.take());
         drop(self.session.take());
         let mut state = lock(&self.counter);
         state.total = state.total.saturating_sub(1);

@@ -24,7 +24,9 @@ use pathdoc_proto::{CheckKind, SessionId, UdpHeader};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::budget::{Budgets, Refuse};
 use crate::limits::{lock, ClientKey, Limits};
+use crate::stats::Accounting;
 use crate::Shared;
 
 /// How many distinct client addresses a session remembers (a client that moves networks).
@@ -54,6 +56,7 @@ pub struct Session {
     connections: AtomicU32,
     /// Connections open now; 0 = not live. Mirrors the registry's count for waiters.
     live: watch::Sender<u32>,
+    accounting: Arc<Accounting>,
     state: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
@@ -117,6 +120,17 @@ impl Session {
             _ = live.wait_for(|n| *n == 0) => {}
             _ = self.cancel.cancelled() => {}
         }
+    }
+
+    /// The server's budgets (throughput streams, bulk downloads) a service takes from.
+    pub fn budgets(&self) -> &Budgets {
+        &self.accounting.budgets
+    }
+
+    /// Count and log a refusal a service answered in its own protocol (a throughput test the
+    /// stream budget cannot start, say), as the framework does for its own.
+    pub fn refused(&self, client: SocketAddr, refuse: &Refuse) {
+        self.accounting.refused(client, refuse);
     }
 
     /// Count payload bytes a service moved for this session (for the end-of-session log).
@@ -248,6 +262,7 @@ pub struct SessionRegistry {
 
 struct RegistryShared {
     limits: Limits,
+    accounting: Arc<Accounting>,
     /// `--once`: serve one client, then let the server stop.
     once: bool,
     inner: Mutex<Inner>,
@@ -303,10 +318,11 @@ pub struct RegistrySnapshot {
 }
 
 impl SessionRegistry {
-    pub fn new(limits: Limits, once: bool) -> Self {
+    pub fn new(limits: Limits, once: bool, accounting: Arc<Accounting>) -> Self {
         SessionRegistry {
             shared: Arc::new(RegistryShared {
                 limits,
+                accounting,
                 once,
                 inner: Mutex::new(Inner::default()),
             }),
@@ -327,8 +343,19 @@ impl SessionRegistry {
         let mut evicted = Vec::new();
         let result = {
             let mut inner = lock(&self.shared.inner);
-            self.admit(&mut inner, client, now, &mut evicted)
-                .map(|()| inner.insert_new(check, client_ip, client, udp, parent, limits, now))
+            let accounting = self.shared.accounting.clone();
+            self.admit(&mut inner, client, now, &mut evicted).map(|()| {
+                inner.insert_new(NewSession {
+                    check,
+                    client_ip,
+                    client,
+                    udp,
+                    parent,
+                    limits,
+                    accounting,
+                    now,
+                })
+            })
         };
         finish_ended(evicted, EndReason::Evicted);
         let session = result?;
@@ -508,6 +535,18 @@ impl RegistryShared {
     }
 }
 
+/// What a new session is made of.
+struct NewSession<'a> {
+    check: CheckKind,
+    client_ip: IpAddr,
+    client: ClientKey,
+    udp: Arc<tokio::net::UdpSocket>,
+    parent: &'a CancellationToken,
+    limits: &'a Limits,
+    accounting: Arc<Accounting>,
+    now: Instant,
+}
+
 impl Inner {
     /// Whether `client` may have one more live session.
     fn check_live_slot(
@@ -536,17 +575,17 @@ impl Inner {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn insert_new(
-        &mut self,
-        check: CheckKind,
-        client_ip: IpAddr,
-        client: ClientKey,
-        udp: Arc<tokio::net::UdpSocket>,
-        parent: &CancellationToken,
-        limits: &Limits,
-        now: Instant,
-    ) -> Arc<Session> {
+    fn insert_new(&mut self, new: NewSession<'_>) -> Arc<Session> {
+        let NewSession {
+            check,
+            client_ip,
+            client,
+            udp,
+            parent,
+            limits,
+            accounting,
+            now,
+        } = new;
         let id = loop {
             let id = SessionId(rand::random());
             if !self.sessions.contains_key(&id) {
@@ -570,6 +609,7 @@ impl Inner {
             bytes_received: AtomicU64::new(0),
             connections: AtomicU32::new(1),
             live: watch::Sender::new(1),
+            accounting,
             state: OnceLock::new(),
         });
         self.sessions.insert(
@@ -675,6 +715,10 @@ mod tests {
         Arc::new(tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap())
     }
 
+    fn acc(limits: &Limits) -> Arc<Accounting> {
+        Arc::new(Accounting::new(limits))
+    }
+
     fn limits() -> Limits {
         Limits {
             sessions_per_ip: 2,
@@ -685,7 +729,7 @@ mod tests {
 
     #[tokio::test]
     async fn only_live_sessions_count_and_finished_ones_free_their_slot() {
-        let reg = SessionRegistry::new(limits(), false);
+        let reg = SessionRegistry::new(limits(), false, acc(&limits()));
         let parent = CancellationToken::new();
         let ip: IpAddr = "192.0.2.1".parse().unwrap();
         let (a, use_a) = reg
@@ -718,7 +762,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_server_evicts_lingering_sessions_but_refuses_when_all_are_live() {
-        let reg = SessionRegistry::new(limits(), false);
+        let reg = SessionRegistry::new(limits(), false, acc(&limits()));
         let parent = CancellationToken::new();
         let mut held = Vec::new();
         for i in 1..=3 {
@@ -753,7 +797,7 @@ mod tests {
             session_max: Duration::from_millis(200),
             ..Limits::default()
         };
-        let reg = SessionRegistry::new(limits, false);
+        let reg = SessionRegistry::new(limits.clone(), false, acc(&limits));
         let parent = CancellationToken::new();
         let ip: IpAddr = "192.0.2.1".parse().unwrap();
         let (a, use_a) = reg
@@ -777,7 +821,7 @@ mod tests {
 
     #[tokio::test]
     async fn once_serves_one_client_and_finishes_when_it_is_quiet() {
-        let reg = SessionRegistry::new(Limits::default(), true);
+        let reg = SessionRegistry::new(Limits::default(), true, acc(&Limits::default()));
         let parent = CancellationToken::new();
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         let b: IpAddr = "192.0.2.2".parse().unwrap();

@@ -57,6 +57,22 @@ pub struct ServerArgs {
     /// How long a session's results are kept for a resume after its last connection closed.
     #[arg(long, default_value = "15m", value_parser = parse_duration, value_name = "DURATION")]
     session_linger: Duration,
+    /// Throughput-test streams (one thread each) one client may run at once.
+    #[arg(long, default_value_t = Limits::default().streams_per_ip, value_name = "N")]
+    max_streams_per_ip: u32,
+    /// Throughput-test streams the server runs at once in total.
+    #[arg(long, default_value_t = Limits::default().streams_total, value_name = "N")]
+    max_streams: u32,
+    /// MTU-check bulk downloads one client may run at once.
+    #[arg(long, default_value_t = Limits::default().bulk_per_ip, value_name = "N")]
+    max_bulk_per_ip: u32,
+    /// MTU-check bulk downloads the server runs at once in total.
+    #[arg(long, default_value_t = Limits::default().bulk_total, value_name = "N")]
+    max_bulk: u32,
+    /// How often to log the server's counters (connections, sessions, refusals, budgets,
+    /// descriptors); 0s: never.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    stats_interval: Duration,
     /// IPv4 addresses sharing this many leading bits count as one client (24: a /24).
     #[arg(long, default_value_t = Limits::default().ipv4_prefix, value_name = "BITS")]
     ipv4_prefix: u8,
@@ -100,6 +116,10 @@ impl ServerArgs {
                 .map_or(self.max_test, Duration::from_secs),
             ipv4_prefix: self.ipv4_prefix,
             ipv6_prefix: self.ipv6_prefix,
+            streams_per_ip: self.max_streams_per_ip,
+            streams_total: self.max_streams,
+            bulk_per_ip: self.max_bulk_per_ip,
+            bulk_total: self.max_bulk,
             ..Limits::default()
         }
     }
@@ -113,6 +133,10 @@ fn services() -> Vec<Arc<dyn Service>> {
         Arc::new(pathdoc_speed::SpeedService::new()),
     ]
 }
+
+/// Threads of the runtime's blocking pool (the throughput service joins its stream threads
+/// there; the server does no other blocking work on it).
+const MAX_BLOCKING_THREADS: usize = 16;
 
 /// Connections of the largest single check (the idle check's default 240 probes, its control
 /// connection and the end message), for the "limits too small" warning.
@@ -145,9 +169,16 @@ fn start(args: ServerArgs, global: Global) -> anyhow::Result<i32> {
         auth_token: args.auth_token,
         limits,
         once: args.once,
+        stats_interval: (!args.stats_interval.is_zero()).then_some(args.stats_interval),
     };
     warn_about_small_limits(&config.limits);
-    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    // Threads are budgeted (docs/server.md): the workers, at most MAX_BLOCKING_THREADS for
+    // blocking joins, one per throughput stream (--max-streams) and the idle parking thread.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
+        .build()
+        .context("starting the async runtime")?;
     runtime.block_on(async move {
         let fds = raise_fd_limit();
         if fds < u64::from(config.limits.connections_total) {
