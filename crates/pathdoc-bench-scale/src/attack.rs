@@ -747,6 +747,72 @@ pub async fn stream_threads(
     })
 }
 
+/// Memory: idle sessions from `sessions` addresses, each registering `bindings` UDP bindings
+/// (one datagram each, the cheapest state a client can make the server keep), then leaving them
+/// to linger. What does the server's memory grow by per session?
+pub struct RecordsResult {
+    pub outcomes: Outcomes,
+    /// Bindings the server answered (so registered).
+    pub registered: u64,
+    pub baseline: Readings,
+    pub after: Readings,
+}
+
+pub async fn idle_records(
+    target: Target,
+    block: u8,
+    sessions: u32,
+    bindings: u32,
+) -> anyhow::Result<RecordsResult> {
+    use pathdoc_idle::proto::{udp_kind, UdpPayload, UDP_PAD};
+    let baseline = read(&target, false);
+    let outcomes = Outcomes::default();
+    let mut registered = 0u64;
+    for a in 0..sessions {
+        let from = crate::net::source(block, a);
+        let Some((ctl, session)) =
+            open(from, target.addr, control(CheckKind::Idle), &outcomes).await
+        else {
+            continue;
+        };
+        let udp = udp_from(from).await?;
+        let mut buf = vec![0u8; 2048];
+        // In bursts of 64, then collect the answers (one per registered binding).
+        for first in (0..bindings).step_by(64) {
+            for tag in first..(first + 64).min(bindings) {
+                let mut d = Vec::new();
+                UdpHeader {
+                    session,
+                    kind: udp_kind::OPEN,
+                }
+                .encode(&mut d);
+                d.extend_from_slice(
+                    &UdpPayload {
+                        tag,
+                        nonce: 0,
+                        observed: None,
+                    }
+                    .encode(UDP_PAD),
+                );
+                udp.send_to(&d, target.addr).await?;
+            }
+            while let Ok(Ok(_)) =
+                tokio::time::timeout(Duration::from_millis(50), udp.recv_from(&mut buf)).await
+            {
+                registered += 1;
+            }
+        }
+        drop(ctl);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    Ok(RecordsResult {
+        outcomes,
+        registered,
+        baseline,
+        after: read(&target, false),
+    })
+}
+
 /// The `p`-th percentile of sorted durations.
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {

@@ -504,6 +504,10 @@ fn spawn_server(args: &Args, sessions: u32, connections: u64) -> anyhow::Result<
                 .arg((u64::from(sessions).div_ceil(sources) + 1).to_string())
                 .arg("--max-sessions")
                 .arg((u64::from(sessions) + 64).to_string())
+                .arg("--max-idle-probes-per-ip")
+                .arg((connections.div_ceil(sources) + 64).to_string())
+                .arg("--max-idle-probes")
+                .arg((connections + 10_000).to_string())
                 .args(["--max-session", "2h"]);
             cmd
         }

@@ -4,131 +4,15 @@
 
 mod support;
 
-use std::fs::File;
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{free_loopback_port, parse_report, run, PATHDOC};
-
-/// A `pathdoc server` child whose stderr goes to a file; SIGTERM and reaped on drop.
-struct Server {
-    child: Option<Child>,
-    addr: SocketAddr,
-    log: PathBuf,
-}
-
-impl Server {
-    /// Start `pathdoc server <args>` listening on `addr` (given via `listen_args`), stderr to a
-    /// file, and wait until it accepts connections.
-    fn start(addr: SocketAddr, args: &[&str]) -> Server {
-        let log = std::env::temp_dir().join(format!(
-            "pathdoc-server-test-{}-{}.log",
-            std::process::id(),
-            addr.port()
-        ));
-        let child = Command::new(PATHDOC)
-            .arg("server")
-            .args(args)
-            .env_remove("NO_COLOR")
-            .env_remove("PATHDOC_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let server = Server {
-            child: Some(child),
-            addr,
-            log,
-        };
-        server.wait_listening();
-        server
-    }
-
-    fn on_free_port(extra: &[&str]) -> Server {
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_loopback_port())
-            .parse()
-            .unwrap();
-        let listen = addr.to_string();
-        let mut args = vec!["--listen", &listen];
-        args.extend_from_slice(extra);
-        Server::start(addr, &args)
-    }
-
-    fn wait_listening(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "server did not start; its log:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGTERM, wait (≤ 10 s) and return the whole log.
-    fn stop(mut self) -> String {
-        self.terminate();
-        self.log_text()
-    }
-
-    fn terminate(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // SAFETY: kill has no memory-safety preconditions; the pid is our own child.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.terminate();
-        let _ = std::fs::remove_file(&self.log);
-    }
-}
-
-/// The shortest full `check --mtu --throughput` (about 2 s on loopback).
-fn quick_check(server: &str) -> Command {
-    let mut cmd = Command::new(PATHDOC);
-    cmd.args([
-        "check",
-        server,
-        "--mtu",
-        "--throughput",
-        "--throughput-time",
-        "500ms",
-        "--mtu-bulk-ms",
-        "200",
-        "--mtu-wait-ms",
-        "100",
-        "--json",
-    ]);
-    cmd
-}
-
-fn check_failures(report: &Value) -> Vec<String> {
-    report["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["id"] == "check-failed")
-        .map(|f| f["summary"].to_string())
-        .collect()
-}
+use support::{
+    check_failures, free_loopback_port, parse_report, quick_check, run, LoopbackServer as Server,
+    PATHDOC,
+};
 
 #[test]
 fn ten_checks_in_a_row_against_one_server_all_run() {
@@ -384,7 +268,7 @@ fn once_serves_one_client_then_exits() {
     let (code, out, err) = run(quick_check(&addr.to_string()), Duration::from_secs(60));
     let report = parse_report(code, &out, &err);
     assert!(check_failures(&report).is_empty(), "{report}");
-    let mut child = server.child.take().unwrap();
+    let mut child = server.take_child();
     let deadline = Instant::now() + Duration::from_secs(15);
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -397,4 +281,115 @@ fn once_serves_one_client_then_exits() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(status.success(), "{status:?}\n{}", server.log_text());
+}
+
+#[test]
+fn a_udp_port_held_by_another_program_stops_the_start() {
+    // Another program holds the UDP port, even with SO_REUSEADDR (which would let a careless
+    // second bind share it).
+    let squatter = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+    squatter.set_reuse_address(true).unwrap();
+    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    squatter.bind(&addr.into()).unwrap();
+    let port = squatter.local_addr().unwrap().as_socket().unwrap().port();
+    let mut cmd = Command::new(PATHDOC);
+    cmd.args(["server", "--listen", &format!("127.0.0.1:{port}")]);
+    let (code, _, err) = run(cmd, Duration::from_secs(10));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("cannot listen on 127.0.0.1:{port} (UDP"))
+            && err.matches("in use").count() == 1,
+        "{err}"
+    );
+}
+
+/// Send `request` on a fresh control connection of `check` and return the reply frame.
+fn ask_raw(addr: SocketAddr, check: pathdoc_proto::CheckKind, request: &Value) -> (Value, Value) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let channel = pathdoc_proto::Channel::Control {
+            check,
+            resume: None,
+        };
+        let t = Duration::from_secs(5);
+        let (mut conn, _) = pathdoc_proto::connect(addr, None, channel, t).await.unwrap();
+        conn.send(request).await.unwrap();
+        let first: Value = conn.recv_timeout(t, "a reply").await.unwrap();
+        // Still served afterwards: a well-formed request gets its answer.
+        let follow_up = match check {
+            pathdoc_proto::CheckKind::Idle => serde_json::json!({"type": "heartbeat", "seq": 1}),
+            pathdoc_proto::CheckKind::Mtu => serde_json::json!({"type": "start"}),
+            pathdoc_proto::CheckKind::Speed => serde_json::json!({"type": "start", "mode": "upload", "streams": 0, "duration_ms": 1000, "interval_ms": 1000}),
+        };
+        conn.send(&follow_up).await.unwrap();
+        let second: Value = conn.recv_timeout(t, "a second reply").await.unwrap();
+        (first, second)
+    })
+}
+
+#[test]
+fn every_message_the_server_cannot_act_on_gets_an_error_frame() {
+    use pathdoc_proto::CheckKind;
+    let server = Server::on_free_port(&[]);
+    let nonsense = serde_json::json!({"type": "make-coffee", "cups": 3});
+    let (reply, next) = ask_raw(server.addr, CheckKind::Idle, &nonsense);
+    assert_eq!(reply["type"], "error", "{reply}");
+    assert!(
+        reply["message"].as_str().unwrap().contains("malformed"),
+        "{reply}"
+    );
+    assert_eq!(next["type"], "heartbeat-ack", "{next}");
+    let (reply, next) = ask_raw(server.addr, CheckKind::Mtu, &nonsense);
+    assert_eq!(reply["type"], "error", "{reply}");
+    assert_eq!(next["type"], "started", "{next}");
+    // A speed start with a field of the wrong type used to close the connection silently.
+    let bad_start = serde_json::json!({"type": "start", "mode": "upload", "streams": "eight", "duration_ms": 1000, "interval_ms": 1000});
+    let (reply, next) = ask_raw(server.addr, CheckKind::Speed, &bad_start);
+    assert_eq!(reply["type"], "refused", "{reply}");
+    assert!(
+        reply["reason"].as_str().unwrap().contains("malformed"),
+        "{reply}"
+    );
+    assert_eq!(next["type"], "refused", "{next}");
+    assert!(
+        next["reason"].as_str().unwrap().contains("streams must be"),
+        "{next}"
+    );
+}
+
+#[test]
+fn the_server_logs_its_counters() {
+    let server = Server::on_free_port(&["--log-format", "json", "--stats-interval", "1s"]);
+    let (code, out, err) = run(
+        quick_check(&server.addr.to_string()),
+        Duration::from_secs(60),
+    );
+    parse_report(code, &out, &err);
+    std::thread::sleep(Duration::from_millis(1500));
+    let log = server.stop();
+    let last = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .rfind(|v| v["message"] == "counters")
+        .unwrap_or_else(|| panic!("no counters line:\n{log}"));
+    for field in [
+        "connections",
+        "sessions_live",
+        "sessions_lingering",
+        "sessions_created",
+        "refused",
+        "streams",
+        "streams_max",
+        "bulk",
+        "fds",
+        "threads",
+        "rss_bytes",
+    ] {
+        assert!(last[field].is_u64(), "{field} missing in {last}");
+    }
+    assert!(last["sessions_created"].as_u64().unwrap() >= 3, "{last}");
+    assert_eq!(last["sessions_live"], 0, "{last}");
 }

@@ -93,6 +93,9 @@ struct ProbeKey {
 #[derive(Default)]
 struct IdleState {
     probes: Mutex<HashMap<u32, ProbeEntry>>,
+    /// This session's share of the server's probe-record budget: one unit per record, given
+    /// back when the session (and its results) ends.
+    records: Mutex<Option<pathdoc_server::BudgetHold>>,
     refresh: Mutex<Option<tokio_util_like::Abort>>,
     /// A task waits for the session's end to close its parked sockets (one per session).
     watched: AtomicBool,
@@ -131,6 +134,16 @@ mod tokio_util_like {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl IdleState {
+    /// Count one more probe record against the session's client and the server.
+    fn take_record(&self, session: &Session) -> Result<(), pathdoc_server::Refuse> {
+        let mut records = lock(&self.records);
+        records
+            .get_or_insert_with(|| session.budgets().probes.empty(session.client))
+            .try_grow(1)
+    }
 }
 
 fn since(session: &Session, at: Instant) -> u64 {
@@ -222,6 +235,19 @@ impl Service for IdleService {
             };
             conn.send(&reply).await?;
         }
+    }
+
+    fn admit_data(
+        &self,
+        session: &Arc<Session>,
+        tag: u32,
+    ) -> Result<Option<pathdoc_server::Reservation>, pathdoc_server::Refuse> {
+        let state = session.state::<IdleState>();
+        let known = lock(&state.probes).contains_key(&tag);
+        if !known {
+            state.take_record(session)?;
+        }
+        Ok(None)
     }
 
     async fn data(
@@ -327,8 +353,15 @@ impl Service for IdleService {
         let mut probes = lock(&state.probes);
         match kind {
             udp_kind::OPEN => {
-                if probes.len() >= MAX_PROBES_PER_SESSION && !probes.contains_key(&msg.tag) {
-                    return None;
+                if !probes.contains_key(&msg.tag) {
+                    if probes.len() >= MAX_PROBES_PER_SESSION {
+                        return None;
+                    }
+                    // Over the record budget: no binding, no answer (the client's test of it
+                    // fails; nothing else is affected).
+                    if state.take_record(&session).is_err() {
+                        return None;
+                    }
                 }
                 probes.insert(
                     msg.tag,
@@ -458,7 +491,8 @@ fn close_all(state: &IdleState, created: Instant) {
 /// Cut complete `u32`-BE-length-prefixed frames out of `chunk` (after what `partial` holds)
 /// and hand each body to `on_frame`; keep an incomplete tail in `partial`. `partial` is only
 /// allocated while a frame is split across reads, and never holds more than one frame + chunk.
-fn split_frames(
+/// Public for the fuzz target (fuzz/): it parses whatever a client sends on a probe connection.
+pub fn split_frames(
     partial: &mut Vec<u8>,
     chunk: &[u8],
     max: usize,

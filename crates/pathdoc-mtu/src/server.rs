@@ -7,7 +7,6 @@
 //! the server sends at most the session's UDP byte budget, only to an address that completed a
 //! TCP handshake for the session and sent a datagram from it.
 
-use std::collections::BTreeMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -45,13 +44,19 @@ struct State {
 #[derive(Default)]
 struct Inner {
     client_udp: Option<SocketAddr>,
-    up_ids: BTreeMap<u32, Vec<u32>>,
-    up_count: usize,
+    /// (round, id) of every client→server probe that arrived, at most [`MAX_UP_IDS`]: a flat
+    /// list, so a session's worst case is 8 bytes per datagram (64 KiB), whatever rounds a
+    /// client invents.
+    up_ids: Vec<(u32, u32)>,
     probe_sock: Option<Arc<UdpSocket>>,
     next_id: u32,
     mss: Option<(Option<u16>, Option<u32>)>,
     /// Listeners opened for this session; bounded so a client cannot pile up sockets.
     mss_listeners: u32,
+    /// A listener (and the connection it accepted) is open now: one at a time, so a live
+    /// session holds at most three descriptors besides its connections (probe socket,
+    /// listener, the accepted connection).
+    mss_listening: bool,
     bulk: Option<BulkServerStats>,
     /// A bulk download is running (at most one per session).
     bulk_running: bool,
@@ -303,20 +308,27 @@ impl MtuService {
                 }
             }
             Request::UpReceived { round } => {
-                let ids = state.lock().up_ids.get(&round).cloned().unwrap_or_default();
+                let ids = state
+                    .lock()
+                    .up_ids
+                    .iter()
+                    .filter(|(r, _)| *r == round)
+                    .map(|(_, id)| *id)
+                    .collect();
                 Reply::UpReceived { round, ids }
             }
             Request::MssListen => {
                 {
                     let mut g = state.lock();
-                    if g.mss_listeners >= MAX_MSS_LISTENERS {
+                    if g.mss_listeners >= MAX_MSS_LISTENERS || g.mss_listening {
                         return Ok(Some(Reply::Error {
                             message: format!(
-                                "at most {MAX_MSS_LISTENERS} MSS listeners per session"
+                                "one MSS listener at a time and at most {MAX_MSS_LISTENERS} per session"
                             ),
                         }));
                     }
                     g.mss_listeners += 1;
+                    g.mss_listening = true;
                 }
                 let addr = SocketAddr::new(conn.local().ip(), 0);
                 let listener = std::net::TcpListener::bind(addr)?;
@@ -348,6 +360,7 @@ impl MtuService {
                             tokio::time::timeout(Duration::from_secs(5), stream.readable()).await;
                         break;
                     }
+                    state.lock().mss_listening = false;
                 });
                 Reply::MssListening { port }
             }
@@ -499,9 +512,8 @@ impl Service for MtuService {
             KIND_OPEN => g.client_udp = Some(from),
             KIND_UP_PROBE => {
                 if let Some(f) = ProbeFields::decode(payload) {
-                    if g.up_count < MAX_UP_IDS {
-                        g.up_count += 1;
-                        g.up_ids.entry(f.round).or_default().push(f.id);
+                    if g.up_ids.len() < MAX_UP_IDS {
+                        g.up_ids.push((f.round, f.id));
                     }
                 }
             }

@@ -82,6 +82,15 @@ impl Budget {
         })
     }
 
+    /// An empty share for `client`, to [`grow`](BudgetHold::try_grow) one unit at a time.
+    pub fn empty(self: &Arc<Self>, client: ClientKey) -> BudgetHold {
+        BudgetHold {
+            budget: self.clone(),
+            client,
+            n: 0,
+        }
+    }
+
     /// Units in use now.
     pub fn in_use(&self) -> u32 {
         lock(&self.state).used
@@ -89,6 +98,21 @@ impl Budget {
 
     pub fn total(&self) -> u32 {
         self.total
+    }
+}
+
+impl BudgetHold {
+    /// Take `n` more units into this share, under the same caps as [`Budget::try_take`].
+    pub fn try_grow(&mut self, n: u32) -> Result<(), Refuse> {
+        let more = self.budget.try_take(self.client, n)?;
+        self.n += more.n;
+        std::mem::forget(more);
+        Ok(())
+    }
+
+    /// Units this share holds.
+    pub fn units(&self) -> u32 {
+        self.n
     }
 }
 
@@ -112,6 +136,9 @@ pub struct Budgets {
     pub streams: Arc<Budget>,
     /// MTU-check bulk downloads.
     pub bulk: Arc<Budget>,
+    /// Idle-check probe records (a TCP probe connection or a UDP binding, kept with its
+    /// session for the results): the state a client can make the server keep most cheaply.
+    pub probes: Arc<Budget>,
 }
 
 impl Budgets {
@@ -135,6 +162,16 @@ impl Budgets {
                 client_reason: "bulk-per-client",
                 total: limits.bulk_total,
                 per_client: limits.bulk_per_ip,
+                state: Mutex::default(),
+            }),
+            probes: Arc::new(Budget {
+                what: "idle-check probes (connections and UDP bindings, kept until their session ends)",
+                total_flag: "--max-idle-probes",
+                client_flag: "--max-idle-probes-per-ip",
+                total_reason: "idle-probes-total",
+                client_reason: "idle-probes-per-client",
+                total: limits.probes_total,
+                per_client: limits.probes_per_ip,
                 state: Mutex::default(),
             }),
         }
@@ -169,5 +206,13 @@ mod tests {
         drop(first);
         assert_eq!(budgets.streams.in_use(), 3);
         assert!(budgets.streams.try_take(a, 2).is_ok());
+        let mut growing = budgets.bulk.empty(b);
+        for _ in 0..limits.bulk_per_ip {
+            growing.try_grow(1).unwrap();
+        }
+        assert_eq!(growing.try_grow(1).unwrap_err().reason, "bulk-per-client");
+        assert_eq!(budgets.bulk.in_use(), limits.bulk_per_ip);
+        drop(growing);
+        assert_eq!(budgets.bulk.in_use(), 0);
     }
 }

@@ -15,6 +15,7 @@ use tokio::net::TcpStream;
 use crate::budget::Refuse;
 use crate::limits::{AdmitError, ClientKey, ConnectionPermit, Limits};
 use crate::session::{EndReason, SessionError};
+use crate::stats::Accounting;
 use crate::{Shared, SEND_TIMEOUT};
 
 pub(crate) fn bind_tcp(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
@@ -82,17 +83,39 @@ pub(crate) fn refuse_admission(
             Err(_) => break,
         }
     }
-    let waiting = &shared.accounting.refusing;
-    if heard || waiting.load(Ordering::Relaxed) >= MAX_DRAINING_REFUSALS {
+    let slot = (!heard)
+        .then(|| DrainSlot::take(&shared.accounting))
+        .flatten();
+    let Some(slot) = slot else {
         let _ = stream.try_write(&bytes);
         let _ = socket2::SockRef::from(&stream).shutdown(std::net::Shutdown::Write);
         return;
-    }
-    let shared = shared.clone();
-    shared.clone().tasks.spawn(async move {
+    };
+    shared.tasks.spawn(async move {
         let mut stream = stream;
-        send_refusal(&shared, &mut stream, bytes).await;
+        send_refusal(&mut stream, bytes, Some(slot)).await;
     });
+}
+
+/// One of the [`MAX_DRAINING_REFUSALS`] refused connections that may wait for their client's
+/// bytes; taken before the wait starts, so a burst cannot overshoot.
+struct DrainSlot(Arc<Accounting>);
+
+impl DrainSlot {
+    fn take(accounting: &Arc<Accounting>) -> Option<DrainSlot> {
+        let refusing = &accounting.refusing;
+        if refusing.fetch_add(1, Ordering::AcqRel) >= MAX_DRAINING_REFUSALS {
+            refusing.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(DrainSlot(accounting.clone()))
+    }
+}
+
+impl Drop for DrainSlot {
+    fn drop(&mut self) {
+        self.0.refusing.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 pub(crate) async fn handle(
@@ -376,7 +399,8 @@ async fn refuse(
     refusal: Refuse,
 ) {
     shared.accounting.refused(peer, &refusal);
-    send_refusal(shared, stream, encode_refusal(code, refusal.message)).await;
+    let slot = DrainSlot::take(&shared.accounting);
+    send_refusal(stream, encode_refusal(code, refusal.message), slot).await;
 }
 
 /// Preamble and `refused` frame, ready to write.
@@ -393,15 +417,13 @@ fn encode_refusal(code: RefusalCode, message: String) -> Vec<u8> {
 
 /// Write the refusal, then read what the client sent (bounded in time, bytes, and in how many
 /// refusals may wait at once), then close.
-async fn send_refusal(shared: &Shared, stream: &mut TcpStream, bytes: Vec<u8>) {
-    let refusing = &shared.accounting.refusing;
-    let waiting = refusing.fetch_add(1, Ordering::Relaxed) < MAX_DRAINING_REFUSALS;
+async fn send_refusal(stream: &mut TcpStream, bytes: Vec<u8>, slot: Option<DrainSlot>) {
     let _ = tokio::time::timeout(REFUSAL_WRITE, async {
         stream.write_all(&bytes).await?;
         stream.shutdown().await
     })
     .await;
-    if waiting {
+    if slot.is_some() {
         let mut sink = [0u8; 1024];
         let mut drained = 0usize;
         let _ = tokio::time::timeout(REFUSAL_DRAIN, async {
@@ -414,7 +436,6 @@ async fn send_refusal(shared: &Shared, stream: &mut TcpStream, bytes: Vec<u8>) {
         })
         .await;
     }
-    refusing.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// A duration for a refusal message: whole seconds below a minute, else minutes.

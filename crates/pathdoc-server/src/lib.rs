@@ -91,7 +91,7 @@ pub enum ServerError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("cannot use UDP port {} on {}: another program holds it, or it is not available", .addr.port(), .addr.ip())]
+    #[error("cannot listen on {addr} (UDP; another program may hold the port)")]
     BindUdp {
         addr: SocketAddr,
         source: std::io::Error,

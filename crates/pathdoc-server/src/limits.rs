@@ -51,13 +51,17 @@ pub struct Limits {
     pub bulk_per_ip: u32,
     /// MTU-check bulk downloads at once in total.
     pub bulk_total: u32,
+    /// Idle-check probe records (connections and UDP bindings) one client's sessions may keep.
+    pub probes_per_ip: u32,
+    /// Idle-check probe records all sessions may keep in total.
+    pub probes_total: u32,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             connections_per_ip: 4096,
-            connections_total: 200_000,
+            connections_total: 100_000,
             sessions_per_ip: 32,
             sessions_total: 4096,
             session_max: Duration::from_secs(3 * 3600),
@@ -71,6 +75,8 @@ impl Default for Limits {
             streams_total: 64,
             bulk_per_ip: 4,
             bulk_total: 16,
+            probes_per_ip: 8192,
+            probes_total: 262_144,
         }
     }
 }

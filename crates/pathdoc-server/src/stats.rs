@@ -118,6 +118,8 @@ fn report(shared: &Shared) {
         streams_max = acc.budgets.streams.total(),
         bulk = acc.budgets.bulk.in_use(),
         bulk_max = acc.budgets.bulk.total(),
+        idle_probes = acc.budgets.probes.in_use(),
+        idle_probes_max = acc.budgets.probes.total(),
         udp_datagrams_in = acc.udp_in.load(Ordering::Relaxed),
         udp_datagrams_ignored = acc.udp_ignored.load(Ordering::Relaxed),
         fds = own.fds,

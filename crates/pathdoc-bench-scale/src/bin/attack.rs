@@ -58,6 +58,11 @@ struct Args {
     /// Refresh: copies of one tag in one udp-refresh request.
     #[arg(long, default_value_t = 15_000)]
     refresh_copies: u32,
+    /// Records: idle sessions, each registering this many UDP bindings, left lingering.
+    #[arg(long, default_value_t = 50)]
+    record_sessions: u32,
+    #[arg(long, default_value_t = 2048)]
+    record_bindings: u32,
     /// Streams: concurrent throughput tests (one address each) and upload streams per test.
     #[arg(long, default_value_t = 32)]
     tests: u32,
@@ -76,6 +81,7 @@ enum Phase {
     Refresh,
     Streams,
     Sessions,
+    Records,
 }
 
 fn main() -> ExitCode {
@@ -287,6 +293,32 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 }
                 println!("  {}", show("before", r.baseline));
                 println!("  {}", show("peak", r.peak));
+            }
+            Phase::Records => {
+                println!(
+                    "\n# idle session state (memory): {} sessions x {} UDP bindings, left lingering",
+                    args.record_sessions, args.record_bindings
+                );
+                let r =
+                    attack::idle_records(target, 80, args.record_sessions, args.record_bindings)
+                        .await?;
+                println!(
+                    "  sessions: {}; bindings registered: {}",
+                    r.outcomes.summary(),
+                    r.registered
+                );
+                println!("  {}", show("before", r.baseline));
+                println!("  {}", show("after", r.after));
+                let sessions = u64::from(
+                    r.outcomes
+                        .accepted
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                )
+                .max(1);
+                println!(
+                    "  RSS growth per session: {:.0} KiB",
+                    r.after.rss.saturating_sub(r.baseline.rss) as f64 / 1024.0 / sessions as f64
+                );
             }
             Phase::Sessions => {
                 println!(

@@ -69,6 +69,13 @@ pub struct ServerArgs {
     /// MTU-check bulk downloads the server runs at once in total.
     #[arg(long, default_value_t = Limits::default().bulk_total, value_name = "N")]
     max_bulk: u32,
+    /// Idle-check probes (connections and UDP bindings, kept with their session's results) one
+    /// client's sessions may hold.
+    #[arg(long, default_value_t = Limits::default().probes_per_ip, value_name = "N")]
+    max_idle_probes_per_ip: u32,
+    /// Idle-check probes all sessions may hold in total.
+    #[arg(long, default_value_t = Limits::default().probes_total, value_name = "N")]
+    max_idle_probes: u32,
     /// How often to log the server's counters (connections, sessions, refusals, budgets,
     /// descriptors); 0s: never.
     #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
@@ -120,6 +127,8 @@ impl ServerArgs {
             streams_total: self.max_streams,
             bulk_per_ip: self.max_bulk_per_ip,
             bulk_total: self.max_bulk,
+            probes_per_ip: self.max_idle_probes_per_ip,
+            probes_total: self.max_idle_probes,
             ..Limits::default()
         }
     }
@@ -181,17 +190,18 @@ fn start(args: ServerArgs, global: Global) -> anyhow::Result<i32> {
         .context("starting the async runtime")?;
     runtime.block_on(async move {
         let fds = raise_fd_limit();
-        if fds < u64::from(config.limits.connections_total) {
-            tracing::warn!(
-                open_file_limit = fds,
-                "the open-file limit caps the server at about {fds} connections (raise it with `ulimit -n` or LimitNOFILE=)"
-            );
-        }
+        let connections = config.limits.connections_total;
         let mut server = Server::new(config);
         for service in services() {
             server = server.with_service(service);
         }
         let bound = server.bind().await?;
+        if fds < u64::from(connections) {
+            tracing::warn!(
+                open_file_limit = fds,
+                "the open-file limit caps the server at about {fds} connections (raise it with `ulimit -n` or LimitNOFILE=)"
+            );
+        }
         bound.run(shutdown_signal(), Duration::from_secs(5)).await;
         Ok::<_, anyhow::Error>(())
     })?;
