@@ -16,7 +16,7 @@ use crate::budget::Refuse;
 use crate::limits::{AdmitError, ClientKey, ConnectionPermit, Limits};
 use crate::session::{EndReason, SessionError};
 use crate::stats::Accounting;
-use crate::{Shared, SEND_TIMEOUT};
+use crate::{ServiceError, Shared, SEND_TIMEOUT};
 
 pub(crate) fn bind_tcp(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     let socket = socket2::Socket::new(
@@ -216,14 +216,16 @@ pub(crate) async fn handle(
             if welcome(&mut conn, session.id, peer).await.is_err() {
                 return;
             }
-            tracing::info!(
-                client = %peer,
-                session = %session.id,
-                %check,
-                client_version = %hello.client_version,
-                "{}",
-                if resumed { "session resumed" } else { "session start" }
-            );
+            if session.may_log() {
+                tracing::info!(
+                    client = %peer,
+                    session = %session.id,
+                    %check,
+                    client_version = %hello.client_version,
+                    "{}",
+                    if resumed { "session resumed" } else { "session start" }
+                );
+            }
             // The handshake's state is dropped here; the connection lives on in a task that
             // holds only what the service needs.
             shared.tasks.spawn(async move {
@@ -232,8 +234,11 @@ pub(crate) async fn handle(
                 tokio::select! {
                     _ = cancel.cancelled() => {}
                     r = service.control(session.clone(), conn, resumed) => {
-                        if let Err(e) = r {
-                            tracing::info!(client = %peer, session = %session.id, error = %e, "control connection ended with an error");
+                        // A client that vanished is the session end line's business.
+                        match r {
+                            Err(ServiceError::Proto(e)) if e.is_disconnect() => {}
+                            Err(e) => tracing::debug!(client = %peer, session = %session.id, error = %e, "control connection ended with an error"),
+                            Ok(()) => {}
                         }
                     }
                 }

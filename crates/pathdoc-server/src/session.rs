@@ -133,6 +133,11 @@ impl Session {
         self.accounting.refused(client, refuse);
     }
 
+    /// Whether the start of this session may be logged (see [`Accounting`]'s line budget).
+    pub(crate) fn may_log(&self) -> bool {
+        self.accounting.may_log_session()
+    }
+
     /// Count payload bytes a service moved for this session (for the end-of-session log).
     pub fn add_bytes(&self, sent: u64, received: u64) {
         self.bytes_sent.fetch_add(sent, Ordering::Relaxed);
@@ -681,6 +686,9 @@ impl Inner {
 fn finish_ended(ended: Vec<Arc<Session>>, reason: EndReason) {
     for session in ended {
         session.cancel.cancel();
+        if !session.accounting.may_log_session() {
+            continue;
+        }
         let duration = session.created.elapsed();
         tracing::info!(
             session = %session.id,

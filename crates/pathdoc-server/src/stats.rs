@@ -15,14 +15,48 @@ use crate::Shared;
 
 /// Refusal log lines per second; more are counted, not logged (see `refusals_not_logged`).
 const REFUSAL_LINES_PER_SECOND: u32 = 20;
+/// Session start/end lines per second; more are counted, not logged (`session_lines_not_logged`).
+const SESSION_LINES_PER_SECOND: u32 = 50;
+
+/// Lines of one kind logged in the current second, and those left out since the start.
+#[derive(Debug)]
+struct LineBudget {
+    per_second: u32,
+    window: Mutex<(Instant, u32)>,
+    suppressed: AtomicU64,
+}
+
+impl LineBudget {
+    fn new(per_second: u32) -> Self {
+        LineBudget {
+            per_second,
+            window: Mutex::new((Instant::now(), 0)),
+            suppressed: AtomicU64::new(0),
+        }
+    }
+
+    fn allow(&self) -> bool {
+        let mut window = lock(&self.window);
+        let now = Instant::now();
+        if now.duration_since(window.0) >= Duration::from_secs(1) {
+            *window = (now, 0);
+        }
+        window.1 += 1;
+        if window.1 > self.per_second {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+}
 
 /// Counters and budgets every part of the server (and every session) reports into.
 #[derive(Debug)]
 pub struct Accounting {
     pub budgets: Budgets,
     refusals: Mutex<BTreeMap<&'static str, u64>>,
-    lines: Mutex<(Instant, u32)>,
-    lines_suppressed: AtomicU64,
+    refusal_lines: LineBudget,
+    session_lines: LineBudget,
     /// Refused connections still open (their refusal being written or their Hello drained).
     pub(crate) refusing: AtomicU32,
     pub(crate) accepted: AtomicU64,
@@ -35,8 +69,8 @@ impl Accounting {
         Accounting {
             budgets: Budgets::new(limits),
             refusals: Mutex::default(),
-            lines: Mutex::new((Instant::now(), 0)),
-            lines_suppressed: AtomicU64::new(0),
+            refusal_lines: LineBudget::new(REFUSAL_LINES_PER_SECOND),
+            session_lines: LineBudget::new(SESSION_LINES_PER_SECOND),
             refusing: AtomicU32::new(0),
             accepted: AtomicU64::new(0),
             udp_in: AtomicU64::new(0),
@@ -47,7 +81,7 @@ impl Accounting {
     /// Count a refusal and log it (client, reason, limit) unless refusals are flooding in.
     pub fn refused(&self, client: SocketAddr, refuse: &Refuse) {
         *lock(&self.refusals).entry(refuse.reason).or_insert(0) += 1;
-        if !self.may_log() {
+        if !self.refusal_lines.allow() {
             return;
         }
         if refuse.limit > 0 {
@@ -57,18 +91,10 @@ impl Accounting {
         }
     }
 
-    fn may_log(&self) -> bool {
-        let mut lines = lock(&self.lines);
-        let now = Instant::now();
-        if now.duration_since(lines.0) >= Duration::from_secs(1) {
-            *lines = (now, 0);
-        }
-        lines.1 += 1;
-        if lines.1 > REFUSAL_LINES_PER_SECOND {
-            self.lines_suppressed.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
-        true
+    /// Whether a session start/end line may be logged now (a flood of sessions must not turn
+    /// into a flood of log lines; the counters line keeps the totals).
+    pub(crate) fn may_log_session(&self) -> bool {
+        self.session_lines.allow()
     }
 
     /// Refusals so far, by reason.
@@ -112,7 +138,8 @@ fn report(shared: &Shared) {
         sessions_evicted = sessions.counts.ended_evicted,
         refused = refusals.values().sum::<u64>(),
         refused_by_reason = %by_reason,
-        refusals_not_logged = acc.lines_suppressed.load(Ordering::Relaxed),
+        refusals_not_logged = acc.refusal_lines.suppressed.load(Ordering::Relaxed),
+        session_lines_not_logged = acc.session_lines.suppressed.load(Ordering::Relaxed),
         refusing_now = acc.refusing.load(Ordering::Relaxed),
         streams = acc.budgets.streams.in_use(),
         streams_max = acc.budgets.streams.total(),
@@ -175,7 +202,7 @@ mod tests {
         }
         assert_eq!(acc.refusals()["sessions-per-client"], 100);
         assert!(
-            acc.lines_suppressed.load(Ordering::Relaxed)
+            acc.refusal_lines.suppressed.load(Ordering::Relaxed)
                 >= 100 - u64::from(REFUSAL_LINES_PER_SECOND)
         );
         assert!(process_readings().fds > 0);

@@ -25,9 +25,14 @@ use pathdoc_bench_scale::net::source;
     about = "Hostile load against a pathdoc server on loopback (issue #13), with what it makes the server hold"
 )]
 struct Args {
-    /// The pathdoc binary whose server is attacked.
+    /// The pathdoc binary whose server is attacked (a fresh server per phase).
+    #[arg(long, required_unless_present = "server")]
+    pathdoc: Option<PathBuf>,
+    /// Attack this running server instead (with --server-pid): watch its log as an operator.
+    #[arg(long, requires = "server_pid")]
+    server: Option<std::net::SocketAddr>,
     #[arg(long)]
-    pathdoc: PathBuf,
+    server_pid: Option<u32>,
     /// Phases to run, in order.
     #[arg(
         long,
@@ -111,9 +116,13 @@ fn main() -> ExitCode {
     }
 }
 
-/// A fresh server per phase, so each phase starts from the same state.
-fn spawn(args: &Args) -> anyhow::Result<(ServerProcess, Target)> {
-    let mut cmd = Command::new(&args.pathdoc);
+/// A fresh server per phase, so each phase starts from the same state (or the running server).
+fn spawn(args: &Args) -> anyhow::Result<(Option<ServerProcess>, Target)> {
+    if let (Some(addr), Some(pid)) = (args.server, args.server_pid) {
+        return Ok((None, Target { addr, pid }));
+    }
+    let exe = args.pathdoc.as_ref().context("--pathdoc or --server")?;
+    let mut cmd = Command::new(exe);
     cmd.args(["server", "--listen", "127.0.0.1:0"])
         .args(&args.server_args);
     let server =
@@ -122,7 +131,7 @@ fn spawn(args: &Args) -> anyhow::Result<(ServerProcess, Target)> {
         addr: server.addr,
         pid: server.pid(),
     };
-    Ok((server, target))
+    Ok((Some(server), target))
 }
 
 fn show(label: &str, r: Readings) -> String {
@@ -137,11 +146,10 @@ fn show(label: &str, r: Readings) -> String {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    println!(
-        "server: {} {}",
-        args.pathdoc.display(),
-        args.server_args.join(" ")
-    );
+    match &args.pathdoc {
+        Some(p) => println!("server: {} {}", p.display(), args.server_args.join(" ")),
+        None => println!("server: the one running at {:?}", args.server),
+    }
     for phase in &args.phases {
         let (mut server, target) = spawn(&args)?;
         match phase {
@@ -359,7 +367,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 );
             }
         }
-        if !server.alive() {
+        if server.as_mut().is_some_and(|s| !s.alive()) {
             println!("  the server DIED during this phase");
         }
     }
