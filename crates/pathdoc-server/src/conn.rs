@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pathdoc_proto::{
-    read_preamble, write_preamble, Channel, FramedConn, Hello, HelloReply, ProtoError, Refusal,
-    RefusalCode, Welcome,
+    read_preamble, write_preamble, Channel, CheckKind, FramedConn, Hello, HelloReply, ProtoError,
+    Refusal, RefusalCode, SessionId, Welcome,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -118,24 +118,51 @@ impl Drop for DrainSlot {
     }
 }
 
+/// One admitted connection: handshake, then the channel it asked for.
 pub(crate) async fn handle(
     shared: Arc<Shared>,
     stream: TcpStream,
     peer: SocketAddr,
-    mut permit: ConnectionPermit,
+    permit: ConnectionPermit,
 ) {
-    let limits = &shared.config.limits;
-    let mut conn = match FramedConn::new(stream) {
-        Ok(c) => c,
-        Err(_) => return,
+    let Ok(mut conn) = FramedConn::new(stream) else {
+        return;
     };
-    let deadline = limits.handshake_timeout;
+    let Some(hello) = handshake(&shared, &mut conn, peer).await else {
+        return;
+    };
+    conn.set_send_timeout(Some(SEND_TIMEOUT));
+    match hello.channel {
+        Channel::Control { check, resume } => {
+            let version = hello.client_version;
+            serve_control(shared, conn, peer, permit, (check, resume), version).await
+        }
+        Channel::Data { session, tag } => {
+            serve_data(shared, conn, peer, permit, session, tag).await
+        }
+        Channel::End { session: id } => {
+            if shared.registry.end(id, EndReason::Client) {
+                let _ = welcome(&mut conn, id, peer).await;
+            } else {
+                refuse_session(&shared, &mut conn, peer, SessionError::Unknown(id)).await;
+            }
+        }
+    }
+}
+
+/// Preamble, `Hello` within the handshake deadline, auth. `None` when the connection was
+/// refused (told why) or broke.
+async fn handshake(shared: &Shared, conn: &mut FramedConn, peer: SocketAddr) -> Option<Hello> {
+    let deadline = shared.config.limits.handshake_timeout;
     let hello = tokio::select! {
-        _ = shared.shutdown.cancelled() => return,
-        r = tokio::time::timeout(deadline, read_hello(&mut conn)) => r,
+        _ = shared.shutdown.cancelled() => return None,
+        r = tokio::time::timeout(deadline, read_hello(conn)) => r,
     };
-    let hello = match hello {
-        Ok(Ok(hello)) => hello,
+    let (code, refusal) = match hello {
+        Ok(Ok(hello)) => match check_auth(shared, &hello) {
+            None => return Some(hello),
+            Some(refused) => refused,
+        },
         Ok(Err(e)) => {
             let (reason, code, message) = match &e {
                 ProtoError::VersionMismatch { ours, theirs } => (
@@ -149,156 +176,147 @@ pub(crate) async fn handle(
                 // pointed the wrong program here sees why, then close.
                 ProtoError::NotPathdoc(_) => ("not-pathdoc", RefusalCode::BadRequest, "not a pathdoc client".to_string()),
                 // The connection broke: nobody to tell.
-                _ => return tracing::debug!(client = %peer, error = %e, "handshake failed"),
+                _ => {
+                    tracing::debug!(client = %peer, error = %e, "handshake failed");
+                    return None;
+                }
             };
-            let refusal = Refuse {
-                reason,
-                limit: 0,
-                message,
-            };
-            return refuse(&shared, conn.stream_mut(), peer, code, refusal).await;
+            let limit = 0;
+            (
+                code,
+                Refuse {
+                    reason,
+                    limit,
+                    message,
+                },
+            )
         }
-        Err(_) => {
-            let refusal = Refuse {
+        Err(_) => (
+            RefusalCode::BadRequest,
+            Refuse {
                 reason: "handshake-timeout",
                 limit: deadline.as_secs() as u32,
                 message: format!("no pathdoc hello within {} s", deadline.as_secs()),
-            };
-            return refuse(
-                &shared,
-                conn.stream_mut(),
-                peer,
-                RefusalCode::BadRequest,
-                refusal,
-            )
-            .await;
-        }
+            },
+        ),
     };
-    if let Some(refusal) = check_auth(&shared, &hello) {
-        let (code, refusal) = refusal;
+    refuse(shared, conn.stream_mut(), peer, code, refusal).await;
+    None
+}
+
+/// A control connection: a new session, or a resumed one; then the check's service runs it in
+/// a task that holds only what the service needs (the handshake's state is dropped here).
+async fn serve_control(
+    shared: Arc<Shared>,
+    mut conn: FramedConn,
+    peer: SocketAddr,
+    mut permit: ConnectionPermit,
+    (check, resume): (CheckKind, Option<SessionId>),
+    client_version: String,
+) {
+    let Some(service) = shared.service(check) else {
+        let refusal = Refuse {
+            reason: "unsupported-check",
+            limit: 0,
+            message: format!("this server does not run the {check} check"),
+        };
+        let code = RefusalCode::UnsupportedCheck;
         return refuse(&shared, conn.stream_mut(), peer, code, refusal).await;
+    };
+    let attached = match resume {
+        Some(id) => match shared.registry.get(id) {
+            Ok(s) if s.check == check => shared.registry.attach(&s).map(|u| (s, u, true)),
+            _ => Err(SessionError::Unknown(id)),
+        },
+        None => shared
+            .registry
+            .create(check, peer.ip(), shared.udp.clone(), &shared.shutdown)
+            .map(|(s, u)| (s, u, false)),
+    };
+    let (session, session_use, resumed) = match attached {
+        Ok(x) => x,
+        Err(e) => return refuse_session(&shared, &mut conn, peer, e).await,
+    };
+    permit.attach(session_use);
+    session.note_addr(peer.ip());
+    session.touch();
+    if welcome(&mut conn, session.id, peer).await.is_err() {
+        return;
     }
-    conn.set_send_timeout(Some(SEND_TIMEOUT));
-    match hello.channel {
-        Channel::Control { check, resume } => {
-            let Some(service) = shared.service(check) else {
-                let refusal = Refuse {
-                    reason: "unsupported-check",
-                    limit: 0,
-                    message: format!("this server does not run the {check} check"),
-                };
-                return refuse(
-                    &shared,
-                    conn.stream_mut(),
-                    peer,
-                    RefusalCode::UnsupportedCheck,
-                    refusal,
-                )
-                .await;
-            };
-            let attached = match resume {
-                Some(id) => match shared.registry.get(id) {
-                    Ok(s) if s.check == check => shared.registry.attach(&s).map(|u| (s, u, true)),
-                    _ => Err(SessionError::Unknown(id)),
-                },
-                None => shared
-                    .registry
-                    .create(check, peer.ip(), shared.udp.clone(), &shared.shutdown)
-                    .map(|(s, u)| (s, u, false)),
-            };
-            let (session, session_use, resumed) = match attached {
-                Ok(x) => x,
-                Err(e) => return refuse_session(&shared, &mut conn, peer, e).await,
-            };
-            permit.attach(session_use);
-            session.note_addr(peer.ip());
-            session.touch();
-            if welcome(&mut conn, session.id, peer).await.is_err() {
-                return;
+    if session.may_log() {
+        tracing::info!(
+            client = %peer,
+            session = %session.id,
+            %check,
+            %client_version,
+            "{}",
+            if resumed { "session resumed" } else { "session start" }
+        );
+    }
+    shared.tasks.spawn(async move {
+        let _permit = permit;
+        let cancel = session.cancel.clone();
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            r = service.control(session.clone(), conn, resumed) => match r {
+                // A client that vanished is the session end line's business.
+                Err(ServiceError::Proto(e)) if e.is_disconnect() => {}
+                Err(e) => tracing::debug!(client = %peer, session = %session.id, error = %e, "control connection ended with an error"),
+                Ok(()) => {}
             }
-            if session.may_log() {
-                tracing::info!(
-                    client = %peer,
-                    session = %session.id,
-                    %check,
-                    client_version = %hello.client_version,
-                    "{}",
-                    if resumed { "session resumed" } else { "session start" }
-                );
-            }
-            // The handshake's state is dropped here; the connection lives on in a task that
-            // holds only what the service needs.
-            shared.tasks.spawn(async move {
-                let _permit = permit;
-                let cancel = session.cancel.clone();
-                tokio::select! {
-                    _ = cancel.cancelled() => {}
-                    r = service.control(session.clone(), conn, resumed) => {
-                        // A client that vanished is the session end line's business.
-                        match r {
-                            Err(ServiceError::Proto(e)) if e.is_disconnect() => {}
-                            Err(e) => tracing::debug!(client = %peer, session = %session.id, error = %e, "control connection ended with an error"),
-                            Ok(()) => {}
-                        }
-                    }
-                }
-                session.touch();
-            });
         }
-        Channel::Data { session: id, tag } => {
-            let attached = shared
-                .registry
-                .get(id)
-                .and_then(|s| shared.registry.attach(&s).map(|u| (s, u)));
-            let (session, session_use) = match attached {
-                Ok(x) => x,
-                Err(e) => return refuse_session(&shared, &mut conn, peer, e).await,
-            };
-            permit.attach(session_use);
-            let Some(service) = shared.service(session.check) else {
-                return;
-            };
-            match service.admit_data(&session, tag) {
-                Ok(Some(reservation)) => permit.reserve(reservation),
-                Ok(None) => {}
-                Err(refusal) => {
-                    return refuse(
-                        &shared,
-                        conn.stream_mut(),
-                        peer,
-                        RefusalCode::LimitExceeded,
-                        refusal,
-                    )
-                    .await
-                }
-            }
-            session.note_addr(peer.ip());
-            session.touch();
-            if welcome(&mut conn, session.id, peer).await.is_err() {
-                return;
-            }
-            tracing::debug!(client = %peer, session = %session.id, tag, "accepted data connection");
-            shared.tasks.spawn(async move {
-                let cancel = session.cancel.clone();
-                tokio::select! {
-                    _ = cancel.cancelled() => {}
-                    r = service.data(session.clone(), tag, conn, permit) => {
-                        if let Err(e) = r {
-                            tracing::debug!(client = %peer, session = %session.id, tag, error = %e, "data connection ended with an error");
-                        }
-                    }
-                }
-                session.touch();
-            });
-        }
-        Channel::End { session: id } => {
-            if shared.registry.end(id, EndReason::Client) {
-                let _ = welcome(&mut conn, id, peer).await;
-            } else {
-                refuse_session(&shared, &mut conn, peer, SessionError::Unknown(id)).await;
-            }
+        session.touch();
+    });
+}
+
+/// A data connection of a session: the service may refuse it (with the reason) or reserve what
+/// serving it costs before it is welcomed.
+async fn serve_data(
+    shared: Arc<Shared>,
+    mut conn: FramedConn,
+    peer: SocketAddr,
+    mut permit: ConnectionPermit,
+    id: SessionId,
+    tag: u32,
+) {
+    let attached = shared
+        .registry
+        .get(id)
+        .and_then(|s| shared.registry.attach(&s).map(|u| (s, u)));
+    let (session, session_use) = match attached {
+        Ok(x) => x,
+        Err(e) => return refuse_session(&shared, &mut conn, peer, e).await,
+    };
+    permit.attach(session_use);
+    let Some(service) = shared.service(session.check) else {
+        return;
+    };
+    match service.admit_data(&session, tag) {
+        Ok(Some(reservation)) => permit.reserve(reservation),
+        Ok(None) => {}
+        Err(refusal) => {
+            let code = RefusalCode::LimitExceeded;
+            return refuse(&shared, conn.stream_mut(), peer, code, refusal).await;
         }
     }
+    session.note_addr(peer.ip());
+    session.touch();
+    if welcome(&mut conn, session.id, peer).await.is_err() {
+        return;
+    }
+    tracing::debug!(client = %peer, session = %session.id, tag, "accepted data connection");
+    shared.tasks.spawn(async move {
+        let cancel = session.cancel.clone();
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            r = service.data(session.clone(), tag, conn, permit) => {
+                if let Err(e) = r {
+                    tracing::debug!(client = %peer, session = %session.id, tag, error = %e, "data connection ended with an error");
+                }
+            }
+        }
+        session.touch();
+    });
 }
 
 /// The shared secret, when the server requires one.
