@@ -133,6 +133,11 @@ pub(crate) async fn handle(
     };
     conn.set_send_timeout(Some(SEND_TIMEOUT));
     match hello.channel {
+        // A client's preflight: reachable, same version, right token. No session, no task.
+        Channel::Ping => {
+            tracing::debug!(%peer, "ping");
+            let _ = welcome(&mut conn, pathdoc_proto::SessionId(0), peer).await;
+        }
         Channel::Control { check, resume } => {
             let version = hello.client_version;
             serve_control(shared, conn, peer, permit, (check, resume), version).await

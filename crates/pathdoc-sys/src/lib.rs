@@ -4,4 +4,5 @@ pub mod netns;
 pub mod pmtu;
 pub mod saved_syn;
 pub mod sendq;
+pub mod source;
 pub mod tcp_info;

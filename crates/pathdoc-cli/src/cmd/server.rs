@@ -12,9 +12,6 @@ use pathdoc_server::{Limits, Server, ServerConfig, Service};
 use crate::Global;
 
 #[derive(Args, Debug)]
-#[command(
-    after_help = "Examples:\n  pathdoc server                              # TCP and UDP 7224 on every IPv4 address\n  pathdoc server --listen [::]:7224           # dual-stack\n  pathdoc server --listen 192.0.2.10 --port 9000\n  pathdoc server --once                       # serve one client's check, then exit (like iperf3 -1)\n  pathdoc server --log-format json 2>>server.log\n\nLimits and the resource model: docs/server.md."
-)]
 pub struct ServerArgs {
     /// Address to listen on (TCP and UDP): PORT, HOST, HOST:PORT, IP, IP:PORT or [IPv6]:PORT
     /// [default: 0.0.0.0:7224]. A host name listens on its first address.
