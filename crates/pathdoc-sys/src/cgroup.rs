@@ -158,6 +158,36 @@ fn cgroup_mounts(mountinfo: &str, v2: bool, controller: &str) -> Vec<String> {
         .collect()
 }
 
+/// The groups directly under `parent` in the cpu hierarchy (v2 when it carries cpu, else v1):
+/// what a crashed run may have left behind.
+pub fn groups_under(parent: &str) -> Vec<CpuLimitGroup> {
+    let Ok(mounts) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut roots: Vec<(PathBuf, bool)> = cgroup_mounts(&mounts, true, "")
+        .into_iter()
+        .map(PathBuf::from)
+        .filter(|m| v2_has_cpu(m))
+        .map(|m| (m, true))
+        .collect();
+    roots.extend(
+        cgroup_mounts(&mounts, false, "cpu")
+            .into_iter()
+            .map(|m| (PathBuf::from(m), false)),
+    );
+    let mut out = Vec::new();
+    for (root, v2) in roots {
+        if let Ok(dir) = std::fs::read_dir(root.join(parent)) {
+            for e in dir.filter_map(|e| e.ok()) {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    out.push(CpuLimitGroup { path: e.path(), v2 });
+                }
+            }
+        }
+    }
+    out
+}
+
 /// A cgroup this process created to cap CPU. Removing it is explicit ([`CpuLimitGroup::remove`])
 /// because the lab records the path and removes it from another process too.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
