@@ -607,7 +607,9 @@ impl Lab {
         let log_err = log_file
             .try_clone()
             .map_err(|e| LabError::io("duplicating log handle", e))?;
-        let mut cmd = self.command(host, &sshd);
+        // Not `ip netns exec`: that also gives the process a private /sys without the cgroup
+        // mounts, and the far end's pathdoc must see its cgroup (CPU cap) like on a real host.
+        let mut cmd = self.command_netns_only(host, &sshd)?;
         cmd.args(crate::sshd::sshd_args(&files))
             .stdin(Stdio::null())
             .stdout(log_file)
@@ -675,6 +677,32 @@ impl Lab {
             .unwrap_or_else(|e| e.into_inner())
             .ssh_config
             .clone()
+    }
+
+    /// A command that runs `program` in `host`'s network namespace only (setns before exec),
+    /// keeping the machine's mount namespace — /sys/fs/cgroup stays visible — and joining the
+    /// host's CPU cgroup if it has one.
+    pub fn command_netns_only(
+        &self,
+        host: &str,
+        program: impl AsRef<OsStr>,
+    ) -> Result<Command, LabError> {
+        let path = pathdoc_sys::netns::netns_path(self.netns(host));
+        let ns = std::fs::File::open(&path)
+            .map_err(|e| LabError::io(format!("opening {}", path.display()), e))?;
+        let mut cmd = Command::new(program);
+        // SAFETY: setns is async-signal-safe; `ns` was opened before the fork and outlives it.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                use std::os::fd::AsRawFd;
+                if libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        self.join_cgroup(host, &mut cmd);
+        Ok(cmd)
     }
 
     /// Make a command started in `host` join the host's CPU cgroup (if it has one) before it

@@ -93,6 +93,45 @@ pub fn ancestor_named(
     Ok(None)
 }
 
+/// The whole machine's CPU time from the `cpu` line of `/proc/stat`, in seconds summed over all
+/// CPUs. Busy = user + nice + system + irq + softirq + steal (steal: a VM's CPU taken by the host).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HostCpu {
+    pub busy_seconds: f64,
+    pub total_seconds: f64,
+    /// Online CPUs counted in the line.
+    pub cpus: u32,
+}
+
+/// Read `/proc/stat`.
+pub fn host_cpu() -> io::Result<HostCpu> {
+    let text = std::fs::read_to_string("/proc/stat")?;
+    parse_host_cpu(&text, clock_ticks())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "/proc/stat has no cpu line"))
+}
+
+fn parse_host_cpu(text: &str, ticks: f64) -> Option<HostCpu> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal [guest guest_nice: already in user/nice]
+    let get = |i: usize| v.get(i).copied().unwrap_or(0.0);
+    let busy = get(0) + get(1) + get(2) + get(5) + get(6) + get(7);
+    let total = busy + get(3) + get(4);
+    let cpus = text
+        .lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .count() as u32;
+    Some(HostCpu {
+        busy_seconds: busy / ticks,
+        total_seconds: total / ticks,
+        cpus,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +145,17 @@ mod tests {
         assert!((s.cpu_seconds - 3.0).abs() < 1e-9);
         assert!(parse_stat(1, "garbage", 100.0).is_err());
         assert!(parse_stat(1, "1 (x) S", 100.0).is_err());
+    }
+
+    #[test]
+    fn parses_proc_stat() {
+        let text = "cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 50 0 25 400 25 0 0 0 0 0\ncpu1 50 0 25 400 25 0 0 0 0 0\nintr 1";
+        let h = parse_host_cpu(text, 100.0).unwrap();
+        assert_eq!(h.cpus, 2);
+        assert!((h.busy_seconds - 1.5).abs() < 1e-9);
+        assert!((h.total_seconds - 10.0).abs() < 1e-9);
+        assert!(parse_host_cpu("intr 1", 100.0).is_none());
+        assert!(host_cpu().unwrap().cpus >= 1);
     }
 
     #[test]
