@@ -34,6 +34,12 @@ enum Command {
     Check(cmd::check::CheckArgs),
     /// Measure TCP throughput to a pathdoc server and name what limits it.
     Speed(cmd::speed::SpeedArgs),
+    /// What caps bulk transfers over SSH to a host: cipher/CPU, channel window, TCP buffers or
+    /// the network (uses your ssh; nothing to install on the far end).
+    #[command(
+        after_help = "Examples:\n  pathdoc ssh backup@nas.example.net          # both directions, 4 ciphers, ~1 min\n  pathdoc ssh nas -o ProxyJump=bastion -t 8s  # ssh options pass through\n  pathdoc ssh nas --ssh-clean                 # remove the pathdoc copied to nas\n\nExit codes: 0 no problem, 1 problem found, 2 could not run, 3 inconclusive."
+    )]
+    Ssh(cmd::ssh::SshArgs),
 }
 
 /// Options every command shares, handed down to the command modules.
@@ -56,6 +62,7 @@ fn main() {
         Command::Server(args) => cmd::server::run(args, global),
         Command::Check(args) => cmd::check::run(args, global),
         Command::Speed(args) => cmd::speed::run(args, global),
+        Command::Ssh(args) => cmd::ssh::run(args, global),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -36,6 +36,18 @@ pub struct ServerArgs {
     /// Log format on stderr.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+    /// Read the auth token from the first line of stdin (for `--ssh`: not visible in `ps`).
+    #[arg(long, conflicts_with = "auth_token", hide = true)]
+    auth_token_stdin: bool,
+    /// Exit when stdin closes (for `--ssh`: the SSH session ended).
+    #[arg(long, hide = true)]
+    exit_on_stdin_eof: bool,
+    /// Print `pathdoc-server-ready ADDR` on stdout once listening (for `--ssh`: the port may be 0).
+    #[arg(long, hide = true)]
+    ready_line: bool,
+    /// Serve TCP_INFO and CPU of this user's sshd sessions to the token holder (`pathdoc ssh`).
+    #[arg(long, hide = true)]
+    ssh_evidence: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +72,11 @@ fn services() -> Vec<Arc<dyn Service>> {
 }
 
 pub fn run(args: ServerArgs, _global: Global) -> anyhow::Result<i32> {
+    let stdin = super::server_ssh::stdin_control(args.auth_token_stdin, args.exit_on_stdin_eof)?;
+    let auth_token = args.auth_token.clone().or(stdin.token);
+    if args.ssh_evidence && auth_token.is_none() {
+        anyhow::bail!("--ssh-evidence needs an auth token (--auth-token or --auth-token-stdin)");
+    }
     let limits = Limits {
         connections_per_ip: args.max_connections_per_ip,
         connections_total: args.max_connections,
@@ -70,7 +87,7 @@ pub fn run(args: ServerArgs, _global: Global) -> anyhow::Result<i32> {
     };
     let config = ServerConfig {
         listen: args.listen,
-        auth_token: args.auth_token,
+        auth_token,
         limits,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
@@ -86,12 +103,19 @@ pub fn run(args: ServerArgs, _global: Global) -> anyhow::Result<i32> {
         for service in services() {
             server = server.with_service(service);
         }
+        if args.ssh_evidence {
+            server = server.with_service(Arc::new(pathdoc_ssh::EvidenceService::new()));
+        }
         let bound = server.bind().await?;
         eprintln!(
             "pathdoc server listening on {} (TCP and UDP)",
             bound.local_addr()
         );
-        bound.run(shutdown_signal(), Duration::from_secs(5)).await;
+        if args.ready_line {
+            super::server_ssh::announce(bound.local_addr());
+        }
+        let stop = super::server_ssh::shutdown(shutdown_signal(), stdin.eof);
+        bound.run(stop, Duration::from_secs(5)).await;
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(0)
