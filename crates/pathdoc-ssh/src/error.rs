@@ -13,7 +13,7 @@ pub enum SshError {
     HostKeyMismatch { host: String, detail: String },
     #[error("the host key of {host} could not be verified (not in known_hosts, and ssh may not ask here): connect once with `ssh {host}` to check and accept it. ssh said: {detail}")]
     HostKeyUnknown { host: String, detail: String },
-    #[error("{dest} refused the SSH login: {detail}. Check the user name and that `ssh {dest}` works without a password prompt (a key in ssh-agent or -i KEY)")]
+    #[error("{dest} refused the SSH login: {}. Check the user name and that `ssh {dest}` works without a password prompt (a key in ssh-agent or -i KEY)", detail.trim_end_matches('.'))]
     LoginRefused { dest: String, detail: String },
     #[error("cannot connect to {dest} over SSH: {detail}")]
     Connect { dest: String, detail: String },

@@ -16,8 +16,9 @@ use crate::{output, Global};
 /// Connection options shared by every client command.
 #[derive(Args, Debug, Clone)]
 pub struct ServerTarget {
-    /// The pathdoc server: HOST or HOST:PORT (IPv6: [ADDR]:PORT).
-    pub host: String,
+    /// The pathdoc server: HOST or HOST:PORT (IPv6: [ADDR]:PORT). Not with --ssh.
+    #[arg(required_unless_present_any = ["ssh", "clean"], conflicts_with = "ssh")]
+    pub host: Option<String>,
     /// Server port, when HOST has none.
     #[arg(long, default_value_t = pathdoc_proto::DEFAULT_PORT)]
     pub port: u16,
@@ -29,15 +30,19 @@ pub struct ServerTarget {
 impl ServerTarget {
     /// Resolve HOST[:PORT] to one address (the first the resolver returns).
     pub fn resolve(&self) -> anyhow::Result<SocketAddr> {
-        if let Ok(addr) = self.host.parse::<SocketAddr>() {
+        let spec = self
+            .host
+            .as_deref()
+            .context("no server given (HOST, or --ssh [USER@]HOST)")?;
+        if let Ok(addr) = spec.parse::<SocketAddr>() {
             return Ok(addr);
         }
-        let host = self.host.trim_start_matches('[').trim_end_matches(']');
+        let host = spec.trim_start_matches('[').trim_end_matches(']');
         (host, self.port)
             .to_socket_addrs()
-            .with_context(|| format!("cannot resolve {:?}", self.host))?
+            .with_context(|| format!("cannot resolve {spec:?}"))?
             .next()
-            .with_context(|| format!("{:?} resolves to no address", self.host))
+            .with_context(|| format!("{spec:?} resolves to no address"))
     }
 }
 
@@ -45,6 +50,12 @@ impl ServerTarget {
 pub struct CheckArgs {
     #[command(flatten)]
     pub target: ServerTarget,
+    /// Start a temporary pathdoc server on [USER@]HOST[:PORT] over SSH and check the path to it
+    /// (nothing to install there; your ssh config, keys and known_hosts apply).
+    #[arg(long, value_name = "[USER@]HOST[:PORT]")]
+    pub ssh: Option<String>,
+    #[command(flatten)]
+    pub ssh_opts: super::ssh::SshClientArgs,
     /// Run the path-MTU check (both directions, black holes, MSS clamping).
     #[arg(long)]
     pub mtu: bool,
@@ -72,12 +83,21 @@ pub struct CheckContext<'a> {
 }
 
 pub fn run(args: CheckArgs, global: Global) -> anyhow::Result<i32> {
-    let server = args.target.resolve()?;
-    let all = !(args.mtu || args.throughput || args.idle);
     let progress = TerminalProgress::new(global);
+    let (server, auth_token, _remote) = match super::ssh::target(
+        &args.target,
+        args.ssh.as_deref(),
+        &args.ssh_opts,
+        &progress,
+        global,
+    )? {
+        super::ssh::Target::Server(a, t, r) => (a, t, r),
+        super::ssh::Target::Cleaned(code) => return Ok(code),
+    };
+    let all = !(args.mtu || args.throughput || args.idle);
     let ctx = CheckContext {
         server,
-        auth_token: args.target.auth_token.clone(),
+        auth_token,
         progress: &progress,
         cancel: CancellationToken::new(),
     };

@@ -21,6 +21,11 @@ use crate::{output, Global};
 pub struct SpeedArgs {
     #[command(flatten)]
     pub target: ServerTarget,
+    /// Start a temporary pathdoc server on [USER@]HOST[:PORT] over SSH and measure to it.
+    #[arg(long, value_name = "[USER@]HOST[:PORT]")]
+    pub ssh: Option<String>,
+    #[command(flatten)]
+    pub ssh_opts: super::ssh::SshClientArgs,
     /// Server → client (download) instead of client → server.
     #[arg(long, short = 'R', conflicts_with = "bidir")]
     pub reverse: bool,
@@ -108,7 +113,17 @@ fn parse_window(s: &str) -> Result<u32, String> {
 }
 
 pub fn run(args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
-    let server = args.target.resolve()?;
+    let progress = TerminalProgress::new(global);
+    let (server, auth_token, _remote) = match super::ssh::target(
+        &args.target,
+        args.ssh.as_deref(),
+        &args.ssh_opts,
+        &progress,
+        global,
+    )? {
+        super::ssh::Target::Server(a, t, r) => (a, t, r),
+        super::ssh::Target::Cleaned(code) => return Ok(code),
+    };
     if args.streams == 0 || args.streams > pathdoc_speed::spec::MAX_STREAMS {
         bail!(
             "--streams must be between 1 and {}",
@@ -131,12 +146,11 @@ pub fn run(args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
         window: args.window,
         interval: args.interval,
     };
-    let progress = TerminalProgress::new(global);
     let mut report = Report::new("speed", server.to_string());
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let result = runtime.block_on(measure(
         server,
-        args.target.auth_token.clone(),
+        auth_token,
         &[opts],
         args.compare_cc,
         &progress,

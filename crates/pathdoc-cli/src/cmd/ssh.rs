@@ -65,6 +65,66 @@ pub struct SshArgs {
     pub ciphers: Option<Vec<String>>,
 }
 
+/// Where `check`/`speed` connect: a given server, or one started over `--ssh`.
+pub enum Target {
+    /// Address, token, and the temporary server's guard (keep it alive until the checks end).
+    Server(
+        std::net::SocketAddr,
+        Option<String>,
+        Option<pathdoc_ssh::RemoteServer>,
+    ),
+    /// `--ssh-clean` ran; exit with this code.
+    Cleaned(i32),
+}
+
+/// Resolve `check`/`speed`'s server: HOST directly, or a temporary server over `--ssh`. Runs on
+/// the main thread (the ssh child is tied to it).
+pub fn target(
+    direct: &super::check::ServerTarget,
+    ssh: Option<&str>,
+    opts: &SshClientArgs,
+    progress: &TerminalProgress,
+    global: Global,
+) -> anyhow::Result<Target> {
+    let Some(spec) = ssh else {
+        if opts.clean {
+            anyhow::bail!("--ssh-clean needs --ssh [USER@]HOST");
+        }
+        return Ok(Target::Server(
+            direct.resolve()?,
+            direct.auth_token.clone(),
+            None,
+        ));
+    };
+    let dest = opts.dest(spec)?;
+    if opts.clean {
+        return Ok(Target::Cleaned(clean(&dest, global)?));
+    }
+    let boot = pathdoc_ssh::BootstrapOptions {
+        server_port: opts.server_port,
+        ..Default::default()
+    };
+    let remote = pathdoc_ssh::bootstrap(&dest, &boot, progress)?;
+    pathdoc_core::Progress::note(
+        progress,
+        &format!(
+            "ssh: temporary pathdoc server on {} at {} ({})",
+            dest.destination,
+            remote.addr,
+            match remote.source {
+                pathdoc_ssh::bootstrap::BinarySource::Installed => "its installed pathdoc",
+                pathdoc_ssh::bootstrap::BinarySource::Cached => "cached copy",
+                pathdoc_ssh::bootstrap::BinarySource::Copied => "copied there now",
+            }
+        ),
+    );
+    Ok(Target::Server(
+        remote.addr,
+        Some(remote.token.clone()),
+        Some(remote),
+    ))
+}
+
 /// `--ssh-clean`: remove the cached binary on the far end.
 pub fn clean(dest: &SshDest, global: Global) -> anyhow::Result<i32> {
     let done = pathdoc_ssh::clean(dest, Duration::from_secs(60))?;
