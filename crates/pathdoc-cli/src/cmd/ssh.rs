@@ -71,7 +71,7 @@ pub enum Target {
     Server(
         std::net::SocketAddr,
         Option<String>,
-        Option<pathdoc_ssh::RemoteServer>,
+        Option<Box<pathdoc_ssh::RemoteServer>>,
     ),
     /// `--ssh-clean` ran; exit with this code.
     Cleaned(i32),
@@ -121,7 +121,7 @@ pub fn target(
     Ok(Target::Server(
         remote.addr,
         Some(remote.token.clone()),
-        Some(remote),
+        Some(Box::new(remote)),
     ))
 }
 
