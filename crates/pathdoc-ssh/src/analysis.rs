@@ -20,8 +20,9 @@ use crate::transfer::Transfer;
 pub const CHECK: &str = "ssh";
 /// A crypto process at or above this share of its CPU allowance is the bottleneck.
 pub const CPU_SATURATED: f64 = 0.85;
-/// The sender's TCP limited by a buffer for at least this share of the time: buffer-limited.
-pub const BUFFER_LIMITED: f64 = 0.30;
+/// The sender's TCP limited by a buffer for at least this share of its busy time: buffer-limited
+/// (the threshold pathdoc-speed uses for raw TCP).
+pub const BUFFER_LIMITED: f64 = pathdoc_speed::analysis::LIMITED_FRACTION;
 /// The steady rate within this band of window/RTT matches the channel-window ceiling.
 pub const WINDOW_BAND: (f64, f64) = (0.70, 1.20);
 /// Raw TCP at least this much faster than SSH: SSH, not the network, is the limit.
@@ -125,6 +126,8 @@ pub struct DirectionInput<'a> {
     pub way: Way,
     /// Raw TCP goodput on the same path and direction (pathdoc's own stream).
     pub raw_bps: Option<f64>,
+    /// pathdoc-speed's verdict on that raw stream (`receive-window-limited`, …).
+    pub raw_limit: Option<&'a str>,
     pub transfers: &'a [Transfer],
     /// The far end's host name as the user wrote it (for config lines).
     pub host: &'a str,
@@ -211,29 +214,38 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
         _ => None,
     };
     let window_ratio = ceiling.map(|c| rate / c);
-    let buffer_share =
-        st.rwnd_limited_share.unwrap_or(0.0) + st.sndbuf_limited_share.unwrap_or(0.0);
+    let buffer_share = st.buffer_limited_of_busy();
+    let raw_buffer_limited = matches!(
+        input.raw_limit,
+        Some("receive-window-limited" | "send-buffer-limited")
+    );
     let cpu = busiest(st);
 
     let limit = if cpu.is_some_and(|(_, s)| s >= CPU_SATURATED) {
         Limit::CipherCpu
-    } else if buffer_share >= BUFFER_LIMITED {
+    } else if buffer_share.is_some_and(|b| b >= BUFFER_LIMITED) {
         Limit::TcpBuffer
     } else if window_ratio.is_some_and(|r| (WINDOW_BAND.0..=WINDOW_BAND.1).contains(&r))
         && raw.is_some_and(|r| r >= RAW_MUCH_FASTER * rate)
     {
         Limit::ChannelWindow
+    } else if raw.is_some_and(|r| rate >= NETWORK_SHARE * r) && raw_buffer_limited {
+        // As fast as raw TCP, and raw TCP itself is held back by a TCP buffer.
+        Limit::TcpBuffer
     } else if raw.is_some_and(|r| rate >= NETWORK_SHARE * r) {
         Limit::Network
     } else {
         Limit::Inconclusive
     };
 
+    // A buffer or window limit always costs throughput a fix would win back; a CPU limit only
+    // matters when the network could carry more.
     let status = match limit {
         Limit::Network => Status::Pass,
         Limit::Inconclusive => Status::Inconclusive,
-        _ if raw.is_some_and(|r| rate < NETWORK_SHARE * r) => Status::Warn,
-        _ => Status::Info,
+        Limit::TcpBuffer | Limit::ChannelWindow => Status::Warn,
+        Limit::CipherCpu if raw.is_some_and(|r| rate < NETWORK_SHARE * r) => Status::Warn,
+        Limit::CipherCpu => Status::Info,
     };
 
     // Evidence shared by every verdict.
@@ -310,7 +322,14 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
                 format!(
                     "sender's smoothed RTT (TCP_INFO via sock_diag){}",
                     st.min_rtt_ms
-                        .map(|m| format!("; minimum {m:.1} ms"))
+                        .map(|m| {
+                            format!(
+                                "; minimum {}",
+                                pathdoc_core::units::format_duration(
+                                    std::time::Duration::from_secs_f64(m.max(0.0) / 1000.0)
+                                )
+                            )
+                        })
                         .unwrap_or_default()
                 ),
             ),
@@ -322,16 +341,20 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
                 .with_detail(format!("the SSH rate is {} of it", pct(ratio))),
         );
     }
-    if let (Some(rw), Some(sb)) = (st.rwnd_limited_share, st.sndbuf_limited_share) {
+    if let (Some(rw), Some(sb), Some(busy)) = (
+        st.rwnd_limited_share,
+        st.sndbuf_limited_share,
+        st.busy_share.filter(|b| *b > 0.0),
+    ) {
         ev.push(
             Evidence::new(
-                "sender TCP limited by the receive window",
-                Quantity::Percent(rw * 100.0),
+                "sender TCP limited by the receive window (share of its busy time)",
+                Quantity::Percent(rw / busy * 100.0),
             )
             .with_detail(format!(
-                "tcpi_rwnd_limited; by its send buffer {} (tcpi_sndbuf_limited); busy {}",
-                pct(sb),
-                st.busy_share.map(pct).unwrap_or("?".into())
+                "tcpi_rwnd_limited / tcpi_busy_time; by its send buffer {} (tcpi_sndbuf_limited); busy {} of the time",
+                pct(sb / busy),
+                pct(busy)
             )),
         );
     }
@@ -398,7 +421,7 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
             raw.unwrap_or(0.0),
         ),
         Limit::TcpBuffer => buffer_verdict(f, input, st, rtt_ms, raw),
-        Limit::Network => network_verdict(f, input, rate, raw.unwrap_or(0.0)),
+        Limit::Network => network_verdict(f, input, rate, raw.unwrap_or(0.0), window_ratio),
         Limit::Inconclusive => inconclusive_verdict(f, input, st, cpu, window_ratio, raw),
     }
 }
@@ -457,10 +480,20 @@ fn cpu_verdict(
         Side::Server => &st.server,
     };
     let share = side_cpu.ssh_process.unwrap_or(0.0);
-    let capped = side_cpu
-        .cgroup_limit
-        .map(|l| format!(" (its cgroup may use {} of a core)", pct(l)))
-        .unwrap_or_default();
+    // Under a cgroup cap the process shares the cap with the remote command: say so, with the
+    // throttling that proves the cap was hit.
+    let capped = match side_cpu.cgroup_limit {
+        Some(l) => format!(
+            " (with {} for the command it runs, in a cgroup capped at {} of a core{})",
+            pct(side_cpu.command.unwrap_or(0.0)),
+            pct(l),
+            side_cpu
+                .cgroup_throttled
+                .map(|t| format!(", throttled in {} of scheduler periods", pct(t)))
+                .unwrap_or_default()
+        ),
+        None => String::new(),
+    };
     let best = table.first();
     let default_rate = st.rate_bps;
     let faster = best.filter(|b| b.cipher != cipher && b.rate_bps >= CIPHER_GAIN * default_rate);
@@ -581,7 +614,7 @@ fn window_verdict(
     };
     let mut f = f
         .summary(format!(
-            "SSH moved {} ({}) {}, {} of the ceiling its {} channel window allows at this RTT ({} / {:.1} ms = {}); raw TCP on the same path reached {} ({:.1}× faster).{cpu_note} TCP was limited by its buffers only {} of the time. OpenSSH's channel window has been 2 MiB since 4.7 (2007) and never grows.{sftp}",
+            "SSH moved {} ({}) {}, {} of the ceiling its {} channel window allows at this RTT ({} / {:.1} ms = {}); raw TCP on the same path reached {} ({:.1}× faster).{cpu_note} TCP was limited by its buffers only {} of its busy time. OpenSSH's channel window has been 2 MiB since 4.7 (2007) and never grows.{sftp}",
             format_rate(st.rate_bps),
             format_byte_rate(st.rate_bps / 8.0),
             input.way.label(),
@@ -592,7 +625,7 @@ fn window_verdict(
             format_rate(ceiling),
             format_rate(raw),
             raw / st.rate_bps,
-            pct(st.rwnd_limited_share.unwrap_or(0.0) + st.sndbuf_limited_share.unwrap_or(0.0)),
+            pct(st.buffer_limited_of_busy().unwrap_or(0.0)),
         ))
         .requirement("an SSH channel carries at most window / RTT (RFC 4254 §5.2 flow control); channel-window-limited when the rate is within 70–120 % of it, CPUs are not saturated, TCP is not buffer-limited and raw TCP is ≥ 1.3× faster");
     f.title = format!(
@@ -605,12 +638,15 @@ fn window_verdict(
     );
     f.remedy(
         Remedy::new(format!(
-            "Use HPN-SSH where the data is received, {receiver_name}: it grows the channel window with the TCP receive buffer (only the receiver needs it; towards a stock OpenSSH peer it stays at 15 MiB)"
+            "Use HPN-SSH (github.com/rapier1/hpn-ssh) where the data is received, {receiver_name}: its channel window grows with the TCP receive buffer. Only the receiving end needs it; towards a stock OpenSSH peer it stops at 15 MiB, still 7× the 2 MiB"
         ))
         .on(receiver)
         .with_command(match input.way {
-            Way::Upload => "apt-get install hpnssh   # then transfers go to port 2222 (hpnsshd)".to_string(),
-            Way::Download => format!("hpnssh {} …", input.host),
+            Way::Upload => format!(
+                "hpnsshd on the server (it listens on port 2222), then: hpnssh -p 2222 {} …",
+                input.host
+            ),
+            Way::Download => format!("hpnssh {} …   # the server may keep stock OpenSSH", input.host),
         }),
     )
     .remedy(parallel_remedy(input.host, "2 MiB window"))
@@ -631,7 +667,19 @@ fn buffer_verdict(
 ) -> Finding {
     let rwnd = st.rwnd_limited_share.unwrap_or(0.0);
     let sndbuf = st.sndbuf_limited_share.unwrap_or(0.0);
-    let receive = rwnd >= sndbuf;
+    let busy = st.busy_share.filter(|b| *b > 0.0).unwrap_or(1.0);
+    let receive = match input.raw_limit {
+        Some("send-buffer-limited") if rwnd / busy < BUFFER_LIMITED => false,
+        Some("receive-window-limited") if sndbuf / busy < BUFFER_LIMITED => true,
+        _ => rwnd >= sndbuf,
+    };
+    let raw_note = match (input.raw_limit, raw) {
+        (Some(l @ ("receive-window-limited" | "send-buffer-limited")), Some(r)) => format!(
+            " Raw TCP on the same path reached only {} and pathdoc's throughput analysis calls it {l}: the same buffer caps every single stream here.",
+            format_rate(r)
+        ),
+        _ => String::new(),
+    };
     let (host, key, which) = match (input.way, receive) {
         (Way::Upload, true) => (Host::Server, "tcp_rmem", "the server's receive buffer"),
         (Way::Download, true) => (Host::Client, "tcp_rmem", "the client's receive buffer"),
@@ -650,16 +698,16 @@ fn buffer_verdict(
     };
     let mut f = f
         .summary(format!(
-            "The sender's TCP was held back by {which} {} of the time (receive window {}, send buffer {}){} while SSH moved {} ({}). Both SSH and any other single TCP stream on this path are capped until the buffer grows.",
-            pct(if receive { rwnd } else { sndbuf }),
-            pct(rwnd),
-            pct(sndbuf),
+            "The sender's TCP was held back by {which} {} of its busy time (receive window {}, send buffer {}){} while SSH moved {} ({}).{raw_note} Both SSH and any other single TCP stream on this path are capped until the buffer grows.",
+            pct(if receive { rwnd } else { sndbuf } / busy),
+            pct(rwnd / busy),
+            pct(sndbuf / busy),
             buf.map(|b| format!("; the buffer was {}", format_bytes(b))).unwrap_or_default(),
             format_rate(st.rate_bps),
             format_byte_rate(st.rate_bps / 8.0),
         ))
         .requirement(format!(
-            "buffer-limited when tcpi_rwnd_limited + tcpi_sndbuf_limited ≥ {} of the time; a stream needs a buffer ≥ bandwidth × RTT",
+            "buffer-limited when tcpi_rwnd_limited + tcpi_sndbuf_limited ≥ {} of tcpi_busy_time (or raw TCP, as fast as SSH, is itself buffer-limited); a stream needs a buffer ≥ bandwidth × RTT",
             pct(BUFFER_LIMITED)
         ));
     f.title = format!(
@@ -677,10 +725,23 @@ fn buffer_verdict(
     .remedy(parallel_remedy(input.host, "TCP buffer"))
 }
 
-fn network_verdict(f: Finding, input: &DirectionInput<'_>, rate: f64, raw: f64) -> Finding {
+fn network_verdict(
+    f: Finding,
+    input: &DirectionInput<'_>,
+    rate: f64,
+    raw: f64,
+    window_ratio: Option<f64>,
+) -> Finding {
+    let also_window = match window_ratio {
+        Some(r) if r >= WINDOW_BAND.0 => format!(
+            " SSH is also at {} of its channel window's ceiling (window/RTT): on a faster path SSH would stop there.",
+            pct(r)
+        ),
+        _ => String::new(),
+    };
     let mut f = f
         .summary(format!(
-            "SSH moved {} ({}) {}, {} of what raw TCP reached on the same path ({}): SSH costs little here; the network (or its far end) is the limit.",
+            "SSH moved {} ({}) {}, {} of what raw TCP reached on the same path ({}): SSH costs little here; the network (or its far end) is the limit.{also_window}",
             format_rate(rate),
             format_byte_rate(rate / 8.0),
             input.way.label(),
@@ -735,8 +796,17 @@ fn inconclusive_verdict(
         )),
         None => reasons.push("raw TCP could not be measured".into()),
     }
+    for (name, side) in [("client", &st.client), ("server", &st.server)] {
+        if let Some(b) = side.host_busy.filter(|b| *b >= 0.9) {
+            reasons.push(format!(
+                "every CPU of the {name} machine was busy ({} of {}): other processes took CPU time the crypto needed",
+                pct(b),
+                side.host_cpus.unwrap_or(0)
+            ));
+        }
+    }
     let mut f = f.summary(format!(
-        "SSH moved {} {}, but no single limit explains it: {}. Another process competing for the CPU, a slow disk or pipe in a real transfer, or a varying path can do this; rerun on a quiet machine.",
+        "SSH moved {} {}, but no single limit explains it: {}. Rerun when the machines are quieter; in a real transfer, also rule out the disk and the pipe around ssh.",
         format_rate(st.rate_bps),
         input.way.label(),
         reasons.join("; ")
@@ -786,4 +856,280 @@ pub fn versions_finding(client: Option<&str>, server: Option<&str>) -> Finding {
         )
         .with_detail("ssh -vv: remote software version"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sshlog::{Negotiated, SshLog};
+
+    fn transfer(way: Way, cipher: Option<&str>, negotiated: &str, steady: Steady) -> Transfer {
+        let n = Some(Negotiated {
+            cipher: negotiated.into(),
+            mac: "<implicit>".into(),
+        });
+        Transfer {
+            way,
+            requested_cipher: cipher.map(str::to_string),
+            requested_mac: None,
+            payload_bytes: (steady.rate_bps / 8.0 * 4.0) as u64,
+            seconds: 4.0,
+            goodput_bps: steady.rate_bps * 0.9,
+            steady: Some(steady),
+            log: SshLog {
+                client_to_server: n.clone(),
+                server_to_client: n,
+                open_rwindow: Some(0),
+                max_adjust_received: Some(2 << 20),
+                local_window: Some(2 << 20),
+                ..Default::default()
+            },
+            ssh_client: None,
+            ssh_server: None,
+            client_samples: vec![],
+            server_samples: vec![],
+            incomplete: None,
+        }
+    }
+
+    fn steady(rate: f64, client_cpu: f64, server_cpu: f64, rtt_ms: f64) -> Steady {
+        Steady {
+            from: 1.4,
+            to: 4.0,
+            tcp_bytes: (rate / 8.0 * 2.6) as u64,
+            rate_bps: rate,
+            client: SideCpu {
+                ssh_process: Some(client_cpu),
+                ..Default::default()
+            },
+            server: SideCpu {
+                ssh_process: Some(server_cpu),
+                command: Some(0.02),
+                ..Default::default()
+            },
+            rtt_ms: Some(rtt_ms),
+            min_rtt_ms: Some(rtt_ms - 0.2),
+            busy_share: Some(1.0),
+            rwnd_limited_share: Some(0.0),
+            sndbuf_limited_share: Some(0.0),
+            retransmits: Some(0),
+            cwnd_bytes: None,
+            sndbuf_bytes: None,
+            rcvbuf_bytes: Some(6 << 20),
+            congestion_control: Some("cubic".into()),
+        }
+    }
+
+    fn judge(
+        way: Way,
+        raw: Option<f64>,
+        raw_limit: Option<&str>,
+        transfers: &[Transfer],
+    ) -> Finding {
+        diagnose_direction(&DirectionInput {
+            way,
+            raw_bps: raw,
+            raw_limit,
+            transfers,
+            host: "nas",
+            client_version: Some("OpenSSH_9.2p1 Debian-2"),
+            server_version: Some("OpenSSH_9.2p1 Debian-2"),
+        })
+    }
+
+    fn hosts(f: &Finding) -> Vec<Host> {
+        f.remedies.iter().filter_map(|r| r.host.clone()).collect()
+    }
+
+    #[test]
+    fn window_limited_names_window_rtt_and_the_receiver() {
+        let t = [transfer(
+            Way::Upload,
+            None,
+            "chacha20-poly1305@openssh.com",
+            steady(163e6, 0.04, 0.04, 100.0),
+        )];
+        let f = judge(Way::Upload, Some(700e6), None, &t);
+        assert_eq!(f.id, "ssh-window-limited");
+        assert_eq!(f.status, Status::Warn);
+        assert_eq!(f.direction, Some(pathdoc_core::Direction::ClientToServer));
+        assert!(
+            f.title.contains("2.00 MiB") && f.title.contains("100 ms"),
+            "{}",
+            f.title
+        );
+        assert!(f.summary.contains("SFTP"), "{}", f.summary);
+        // HPN on the receiver: the server for an upload.
+        assert_eq!(f.remedies[0].host, Some(Host::Server));
+        assert!(hosts(&f).contains(&Host::BothEnds) && hosts(&f).contains(&Host::Client));
+        // Both units.
+        assert!(f
+            .evidence
+            .iter()
+            .any(|e| matches!(e.value, Quantity::ByteRate(_))));
+        // The same numbers downloading: HPN on the client.
+        let t = [transfer(
+            Way::Download,
+            None,
+            "chacha20-poly1305@openssh.com",
+            steady(160e6, 0.04, 0.03, 100.0),
+        )];
+        let f = judge(Way::Download, Some(700e6), None, &t);
+        assert_eq!(f.id, "ssh-window-limited");
+        assert_eq!(f.remedies[0].host, Some(Host::Client));
+        // Raw TCP not much faster: not a window verdict.
+        let f = judge(Way::Download, Some(170e6), None, &t);
+        assert_eq!(f.id, "ssh-network-limited");
+        assert!(
+            f.summary.contains("channel window's ceiling"),
+            "{}",
+            f.summary
+        );
+    }
+
+    #[test]
+    fn cpu_limited_names_the_side_and_the_faster_cipher() {
+        let mut capped = steady(900e6, 0.15, 0.15, 1.0);
+        capped.server.cgroup_limit = Some(0.2);
+        capped.server.cgroup_throttled = Some(0.7);
+        let mut gcm = capped.clone();
+        gcm.rate_bps = 1.9e9;
+        let t = [
+            transfer(Way::Upload, None, "chacha20-poly1305@openssh.com", capped),
+            transfer(
+                Way::Upload,
+                Some("aes128-gcm@openssh.com"),
+                "aes128-gcm@openssh.com",
+                gcm,
+            ),
+        ];
+        let f = judge(Way::Upload, Some(8e9), None, &t);
+        assert_eq!(f.id, "ssh-cpu-limited");
+        assert_eq!(f.status, Status::Warn);
+        assert!(
+            f.title.contains("sshd (server)") && f.title.contains("aes128-gcm@openssh.com"),
+            "{}",
+            f.title
+        );
+        assert_eq!(f.remedies[0].host, Some(Host::Client));
+        assert!(f.remedies[0]
+            .command
+            .as_deref()
+            .unwrap()
+            .contains("Ciphers aes128-gcm@openssh.com,"));
+        assert!(
+            hosts(&f).contains(&Host::Server),
+            "the cgroup remedy is on the server"
+        );
+        let table = cipher_table(Way::Upload, &t);
+        assert_eq!(table[0].cipher, "aes128-gcm@openssh.com");
+        assert!(table[1].default);
+        // A client ssh on a full core, no faster cipher: still CPU, no cipher advice.
+        let t = [transfer(
+            Way::Download,
+            None,
+            "aes128-gcm@openssh.com",
+            steady(2e9, 0.98, 0.6, 1.0),
+        )];
+        let f = judge(Way::Download, Some(2.1e9), None, &t);
+        assert_eq!(f.id, "ssh-cpu-limited");
+        assert_eq!(
+            f.status,
+            Status::Info,
+            "SSH near the network rate: not a problem"
+        );
+        assert!(f.title.contains("ssh (client)"));
+        assert!(!f.remedies[0].description.starts_with("Pick"));
+    }
+
+    #[test]
+    fn buffer_limited_points_at_the_buffer_and_its_host() {
+        let mut s = steady(12e6, 0.02, 0.01, 100.0);
+        s.rwnd_limited_share = Some(0.5);
+        let t = [transfer(
+            Way::Download,
+            None,
+            "chacha20-poly1305@openssh.com",
+            s.clone(),
+        )];
+        let f = judge(Way::Download, Some(11e6), None, &t);
+        assert_eq!(f.id, "ssh-tcp-buffer-limited");
+        assert_eq!(f.status, Status::Warn);
+        assert_eq!(f.remedies[0].host, Some(Host::Client));
+        assert!(f.remedies[0]
+            .command
+            .as_deref()
+            .unwrap()
+            .starts_with("sysctl -w net.ipv4.tcp_rmem="));
+        // SSH's own chronograph below the threshold, but raw TCP (as fast) is receive-window-limited.
+        s.rwnd_limited_share = Some(0.1);
+        let t = [transfer(
+            Way::Upload,
+            None,
+            "chacha20-poly1305@openssh.com",
+            s,
+        )];
+        let f = judge(
+            Way::Upload,
+            Some(12.5e6),
+            Some("receive-window-limited"),
+            &t,
+        );
+        assert_eq!(f.id, "ssh-tcp-buffer-limited");
+        assert_eq!(
+            f.remedies[0].host,
+            Some(Host::Server),
+            "upload: the server receives"
+        );
+        assert!(
+            f.summary.contains("receive-window-limited"),
+            "{}",
+            f.summary
+        );
+    }
+
+    #[test]
+    fn network_limited_passes_and_unexplained_is_inconclusive() {
+        let t = [transfer(
+            Way::Upload,
+            None,
+            "aes128-gcm@openssh.com",
+            steady(94.7e6, 0.1, 0.1, 5.0),
+        )];
+        let f = judge(Way::Upload, Some(93.8e6), None, &t);
+        assert_eq!(
+            (f.id.as_str(), f.status),
+            ("ssh-network-limited", Status::Pass)
+        );
+        assert!(f.remedies.is_empty());
+        let mut busy = steady(1.1e9, 0.2, 0.18, 0.6);
+        busy.client.host_busy = Some(1.0);
+        busy.client.host_cpus = Some(2);
+        let t = [transfer(
+            Way::Upload,
+            None,
+            "chacha20-poly1305@openssh.com",
+            busy,
+        )];
+        let f = judge(Way::Upload, Some(4e9), None, &t);
+        assert_eq!(
+            (f.id.as_str(), f.status),
+            ("ssh-limit-inconclusive", Status::Inconclusive)
+        );
+        assert!(
+            f.summary
+                .contains("every CPU of the client machine was busy"),
+            "{}",
+            f.summary
+        );
+        let f = judge(Way::Upload, Some(4e9), None, &[]);
+        assert_eq!(f.status, Status::Inconclusive);
+    }
+
+    #[test]
+    fn versions_say_hpn_or_stock() {
+        let f = versions_finding(Some("OpenSSH_9.2p1"), Some("OpenSSH_8.9p1-hpn15v2"));
+        assert!(f.summary.contains("HPN-SSH") && f.summary.contains("fixed 2 MiB"));
+        assert_eq!(f.status, Status::Info);
+    }
 }

@@ -75,6 +75,9 @@ impl Default for SshCheckOptions {
 pub struct RawTcp {
     pub upload_bps: Option<f64>,
     pub download_bps: Option<f64>,
+    /// pathdoc-speed's own verdict on each raw stream (e.g. `receive-window-limited`).
+    pub upload_limit: Option<String>,
+    pub download_limit: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
 }
@@ -117,6 +120,10 @@ impl SshReport {
                 raw_bps: match way {
                     Way::Upload => self.raw_tcp.upload_bps,
                     Way::Download => self.raw_tcp.download_bps,
+                },
+                raw_limit: match way {
+                    Way::Upload => self.raw_tcp.upload_limit.as_deref(),
+                    Way::Download => self.raw_tcp.download_limit.as_deref(),
                 },
                 transfers: &self.transfers,
                 host,
@@ -196,11 +203,12 @@ pub fn run(
             .clone()
             .unwrap_or_else(|| "the default cipher".into());
         progress.status(&format!("ssh: {} with {label} {step}", way.label()));
+        // Size the download from the last download measured, else raw TCP's download.
         let estimate = report
             .transfers
             .iter()
             .rev()
-            .find(|t| t.requested_cipher == *cipher && t.steady.is_some())
+            .find(|t| t.way == Way::Download && t.steady.is_some())
             .and_then(|t| t.steady.as_ref().map(|s| s.rate_bps))
             .or(report.raw_tcp.download_bps)
             .unwrap_or(200e6);
@@ -357,12 +365,24 @@ fn raw_tcp(
         match result {
             Ok(run) => {
                 let bps = run.directions.first().map(|d| d.goodput_bps);
+                // The second finding of a direction is pathdoc-speed's "limited by" verdict.
+                let limit = run.directions.first().and_then(|d| {
+                    pathdoc_speed::diagnose_direction(d)
+                        .get(1)
+                        .map(|f| f.id.clone())
+                });
                 if let Some(b) = bps {
                     progress.note(&format!("ssh: raw TCP {label}: {} goodput", format_rate(b)));
                 }
                 match mode {
-                    pathdoc_speed::Mode::Upload => report.raw_tcp.upload_bps = bps,
-                    _ => report.raw_tcp.download_bps = bps,
+                    pathdoc_speed::Mode::Upload => {
+                        report.raw_tcp.upload_bps = bps;
+                        report.raw_tcp.upload_limit = limit;
+                    }
+                    _ => {
+                        report.raw_tcp.download_bps = bps;
+                        report.raw_tcp.download_limit = limit;
+                    }
                 }
             }
             Err(e) => report.raw_tcp.errors.push(format!("{label}: {e}")),

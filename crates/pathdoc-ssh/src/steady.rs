@@ -107,6 +107,16 @@ pub struct Steady {
     pub congestion_control: Option<String>,
 }
 
+impl Steady {
+    /// Share of the sender's busy time it was limited by the receive window or its send buffer.
+    pub fn buffer_limited_of_busy(&self) -> Option<f64> {
+        let busy = self.busy_share.filter(|b| *b > 0.0)?;
+        let limited =
+            self.rwnd_limited_share.unwrap_or(0.0) + self.sndbuf_limited_share.unwrap_or(0.0);
+        Some((limited / busy).min(1.0))
+    }
+}
+
 fn share(a: Option<f64>, b: Option<f64>, dt: f64) -> Option<f64> {
     Some(((b? - a?) / dt).max(0.0))
 }
