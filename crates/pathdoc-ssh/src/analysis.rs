@@ -575,7 +575,7 @@ fn cpu_verdict(
     f.remedy(
         Remedy::new("HPN-SSH's parallel ChaCha20 (chacha20-poly1305-mt@hpnssh.org) spreads the cipher over several cores; it must run on the CPU-bound end and be offered by the other")
             .on(Host::BothEnds)
-            .with_command("hpnssh -oCiphers=chacha20-poly1305-mt@hpnssh.org HOST …"),
+            .with_command(format!("hpnssh -oCiphers=chacha20-poly1305-mt@hpnssh.org {} …", input.host)),
     )
     .remedy(parallel_remedy(input.host, "CPU core for the cipher"))
     .remedy(

@@ -259,6 +259,7 @@ pub fn probe(dest: &SshDest, name: &str, deadline: Duration) -> Result<RemoteFac
 fn choose_binary(
     dest: &SshDest,
     facts: &RemoteFacts,
+    local: &LocalBinary,
     progress: &dyn Progress,
     deadline: Duration,
 ) -> Result<(String, BinarySource), SshError> {
@@ -293,7 +294,6 @@ fn choose_binary(
             ),
         });
     }
-    let local = local_binary()?;
     let target = format!("{}/{}", facts.cache_dir, cached_name(&local.sha256));
     if let Some(found) = &facts.cached {
         let sum = facts.cached_sha256.clone().unwrap_or_default();
@@ -308,7 +308,7 @@ fn choose_binary(
             } else {
                 sum
             },
-            expected: local.sha256,
+            expected: local.sha256.clone(),
         });
     }
     if facts.hash_tool.is_none() {
@@ -323,7 +323,7 @@ fn choose_binary(
         dest.destination,
         facts.cache_dir
     ));
-    copy_binary(dest, facts, &local, &target, deadline)?;
+    copy_binary(dest, facts, local, &target, deadline)?;
     Ok((target, BinarySource::Copied))
 }
 
@@ -387,10 +387,10 @@ pub fn bootstrap(
         dest: dest.destination.clone(),
         detail: format!("{} resolves to no address", config.hostname),
     })?;
-    // The probe learns the checksum-named file of *this* binary, so hash first (cheap: ~0.1 s).
-    let local_sum = local_binary()?.sha256;
-    let facts = probe(dest, &cached_name(&local_sum), opts.step_timeout)?;
-    let (binary, source) = choose_binary(dest, &facts, progress, opts.step_timeout)?;
+    // The probe looks for the checksum-named file of *this* binary, so hash first.
+    let local = local_binary()?;
+    let facts = probe(dest, &cached_name(&local.sha256), opts.step_timeout)?;
+    let (binary, source) = choose_binary(dest, &facts, &local, progress, opts.step_timeout)?;
     progress.status(&format!(
         "ssh: starting pathdoc server on {}",
         dest.destination

@@ -203,13 +203,23 @@ pub fn run(
             .clone()
             .unwrap_or_else(|| "the default cipher".into());
         progress.status(&format!("ssh: {} with {label} {step}", way.label()));
-        // Size the download from the last download measured, else raw TCP's download.
+        // Size the download from the last download measured, else this cipher's upload, else
+        // raw TCP's download (the transfer is cut at 3× the duration if the guess is too big).
+        let rate_of = |t: &Transfer| t.steady.as_ref().map(|s| s.rate_bps);
         let estimate = report
             .transfers
             .iter()
             .rev()
             .find(|t| t.way == Way::Download && t.steady.is_some())
-            .and_then(|t| t.steady.as_ref().map(|s| s.rate_bps))
+            .and_then(rate_of)
+            .or_else(|| {
+                report
+                    .transfers
+                    .iter()
+                    .rev()
+                    .find(|t| t.requested_cipher == *cipher && t.steady.is_some())
+                    .and_then(rate_of)
+            })
             .or(report.raw_tcp.download_bps)
             .unwrap_or(200e6);
         let spec = transfer::TransferSpec {
