@@ -367,7 +367,12 @@ fn cpu_limited_scenario_blames_the_capped_sshd_and_names_the_faster_cipher() {
     assert!(ciphers.len() >= 3, "{ciphers:?}");
     let (best, slowest) = (ciphers[0].1, ciphers.last().unwrap().1);
     assert!(best >= 1.2 * slowest, "{ciphers:?}");
-    if !ciphers[0].0.contains("negotiated by default") {
+    let default = ciphers
+        .iter()
+        .find(|c| c.0.contains("negotiated by default"))
+        .expect("the default cipher is measured");
+    // The fastest is named when it beats the default by the 15 % that makes switching worth it.
+    if ciphers[0].1 >= 1.15 * default.1 {
         let name = ciphers[0].0.split(' ').next().unwrap();
         assert!(title.contains(name), "{title} should name {name}");
         let r = &f["remedies"][0];
@@ -380,6 +385,10 @@ fn cpu_limited_scenario_blames_the_capped_sshd_and_names_the_faster_cipher() {
             "{r:#}"
         );
     }
+    // Downloads are encrypted by the same capped sshd.
+    let down = verdict(&report, "server-to-client");
+    assert_eq!(down["id"], "ssh-cpu-limited", "{down:#}");
+    assert!(down["title"].as_str().unwrap().contains("sshd (server)"));
     // The server's cgroup cap shows in the evidence and a remedy is on the server.
     let sshd = f["evidence"]
         .as_array()
@@ -388,7 +397,7 @@ fn cpu_limited_scenario_blames_the_capped_sshd_and_names_the_faster_cipher() {
         .find(|e| e["name"].as_str().unwrap().starts_with("CPU of sshd"))
         .expect("sshd CPU evidence");
     assert!(
-        sshd["detail"].as_str().unwrap().contains("cgroup cap 20 %"),
+        sshd["detail"].as_str().unwrap().contains("cgroup cap 10 %"),
         "{sshd:#}"
     );
     assert!(f["remedies"]

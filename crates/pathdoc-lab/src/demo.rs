@@ -264,7 +264,7 @@ fn show_ssh_cpu(lab: &Lab, say: Say) -> Result<(), LabError> {
             Duration::from_secs(60),
         )?;
         say(format!(
-            "ssh upload of {} with {cipher}: {} goodput including login (server CPU capped at 20 % of a core)",
+            "ssh upload of {} with {cipher}: {} goodput including login (server CPU capped at 10 % of a core)",
             format_bytes(t.bytes),
             format_rate(t.bits_per_second())
         ));

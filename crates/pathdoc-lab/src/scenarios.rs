@@ -141,14 +141,14 @@ delay_ms = 50.0
     },
     ScenarioInfo {
         name: "ssh-cpu-limited",
-        summary: "a fast LAN to a server whose CPU is capped at 20 % of a core (cgroup): the cipher decides",
+        summary: "a fast LAN to a server whose CPU is capped at 10 % of a core (cgroup): the cipher decides",
         seed: "seed 004 and 002: a slow CPU cannot encrypt at line rate, and which cipher is faster differs per machine (chacha20-poly1305 vs aes-gcm); measure, don't guess",
         toml: r#"
-description = "fast short path (no rate limit, sub-millisecond RTT); the server's CPU is capped at 20 % of a core; OpenSSH sshd on the server"
+description = "fast short path (no rate limit, sub-millisecond RTT); the server's CPU is capped at 10 % of a core; OpenSSH sshd on the server"
 [[hop]]
 [server]
 sshd = true
-cpu_max_percent = 20
+cpu_max_percent = 10
 "#,
     },
 ];

@@ -520,11 +520,21 @@ fn cpu_verdict(
             format_byte_rate(b.rate_bps / 8.0),
             b.rate_bps / default_rate
         )),
-        (None, Some(s)) if table.len() > 1 => summary.push_str(&format!(
-            " The default is already the fastest cipher measured (slowest: {} at {}).",
-            s.cipher,
-            format_rate(s.rate_bps)
-        )),
+        (None, Some(s)) if table.len() > 1 => match best.filter(|b| b.cipher != cipher) {
+            Some(b) => summary.push_str(&format!(
+                " {} measured {}, within {} of the default: no cipher is clearly faster here (slowest: {} at {}).",
+                b.cipher,
+                format_rate(b.rate_bps),
+                pct(CIPHER_GAIN - 1.0),
+                s.cipher,
+                format_rate(s.rate_bps)
+            )),
+            None => summary.push_str(&format!(
+                " The default is the fastest cipher measured (slowest: {} at {}).",
+                s.cipher,
+                format_rate(s.rate_bps)
+            )),
+        },
         _ => {}
     }
     let title = match faster {
@@ -1024,6 +1034,16 @@ mod tests {
         let table = cipher_table(Way::Upload, &t);
         assert_eq!(table[0].cipher, "aes128-gcm@openssh.com");
         assert!(table[1].default);
+        // A cipher only 10 % faster is not worth switching to, and the summary says so.
+        let mut close = t.clone();
+        close[1].steady.as_mut().unwrap().rate_bps = 990e6;
+        let f = judge(Way::Upload, Some(8e9), None, &close);
+        assert!(!f.title.contains("aes128-gcm"), "{}", f.title);
+        assert!(
+            f.summary.contains("no cipher is clearly faster"),
+            "{}",
+            f.summary
+        );
         // A client ssh on a full core, no faster cipher: still CPU, no cipher advice.
         let t = [transfer(
             Way::Download,
