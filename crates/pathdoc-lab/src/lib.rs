@@ -17,6 +17,7 @@
 //! [`delay_line`] (the userspace delay/jitter element on delayed links), [`sshd`] (OpenSSH with
 //! per-lab keys on hosts with `sshd = true`).
 
+pub mod capture;
 pub mod delay_line;
 pub mod demo;
 pub mod error;

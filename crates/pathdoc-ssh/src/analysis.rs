@@ -136,7 +136,7 @@ pub struct DirectionInput<'a> {
     pub server_version: Option<&'a str>,
 }
 
-/// The rate as bit/s and bytes/s, both labelled: the seed 002 confusion cannot happen.
+/// The rate as bit/s and bytes/s, both labelled: a Gbit/s-vs-Gibit/s (iperf vs iftop) mix-up cannot happen.
 fn rate_evidence(name: &str, bps: f64, detail: Option<String>) -> Vec<Evidence> {
     let mut bits = Evidence::new(format!("{name} (bit/s)"), Quantity::Goodput(bps));
     if let Some(d) = detail {

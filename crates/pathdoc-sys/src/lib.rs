@@ -6,4 +6,5 @@ pub mod pmtu;
 pub mod process;
 pub mod saved_syn;
 pub mod sock_diag;
+pub mod source;
 pub mod tcp_info;

@@ -1,10 +1,14 @@
 //! One module per subcommand; each turns its arguments into library calls and returns an exit code.
 
+pub mod analyze;
 pub mod check;
 pub mod check_idle;
 pub mod check_mtu;
 pub mod check_speed;
+pub mod client;
+pub mod docs;
 pub mod lab;
+pub mod lab_capture;
 pub mod lab_delay_line;
 pub mod lab_demo_checks;
 pub mod server;

@@ -57,7 +57,8 @@ pub struct SshArgs {
     #[command(flatten)]
     pub ssh: SshClientArgs,
     /// Length of each transfer and each raw TCP test.
-    #[arg(long, short = 't', default_value = "4s", value_parser = super::speed::parse_duration)]
+    #[arg(long, short = 't', value_name = "DURATION", default_value = "4s",
+          value_parser = crate::args::seconds_or_duration(crate::args::secs(1), crate::args::secs(60)))]
     pub time: Duration,
     /// Ciphers to compare (comma-separated; CIPHER or CIPHER+MAC) instead of aes128-gcm,
     /// aes256-gcm, chacha20-poly1305 and aes128-ctr+umac-64-etm.
@@ -65,40 +66,39 @@ pub struct SshArgs {
     pub ciphers: Option<Vec<String>>,
 }
 
-/// Where `check`/`speed` connect: a given server, or one started over `--ssh`.
-pub enum Target {
-    /// Address, token, and the temporary server's guard (keep it alive until the checks end).
-    Server(
-        std::net::SocketAddr,
-        Option<String>,
-        Option<Box<pathdoc_ssh::RemoteServer>>,
-    ),
+/// What `--ssh` did for `check`/`speed`.
+pub enum SshStart {
+    /// No `--ssh`: the target is the HOST given.
+    Direct,
+    /// A temporary server runs; keep this guard alive until the report is printed.
+    Started {
+        _guard: Box<pathdoc_ssh::RemoteServer>,
+    },
     /// `--ssh-clean` ran; exit with this code.
     Cleaned(i32),
 }
 
-/// Resolve `check`/`speed`'s server: HOST directly, or a temporary server over `--ssh`. Runs on
-/// the main thread (the ssh child is tied to it).
-pub fn target(
-    direct: &super::check::ServerTarget,
+/// `--ssh [USER@]HOST`: start a temporary server over SSH and point `target` at it (its address
+/// and token), so the rest of `check`/`speed` runs unchanged. Runs on the main thread (the ssh
+/// child is tied to it).
+pub fn prepare_target(
+    target: &mut super::client::ServerTarget,
     ssh: Option<&str>,
     opts: &SshClientArgs,
     progress: &TerminalProgress,
     global: Global,
-) -> anyhow::Result<Target> {
+) -> anyhow::Result<SshStart> {
     let Some(spec) = ssh else {
         if opts.clean {
-            anyhow::bail!("--ssh-clean needs --ssh [USER@]HOST");
+            anyhow::bail!(crate::error::CliError::usage(
+                "--ssh-clean needs --ssh [USER@]HOST"
+            ));
         }
-        return Ok(Target::Server(
-            direct.resolve()?,
-            direct.auth_token.clone(),
-            None,
-        ));
+        return Ok(SshStart::Direct);
     };
     let dest = opts.dest(spec)?;
     if opts.clean {
-        return Ok(Target::Cleaned(clean(&dest, global)?));
+        return Ok(SshStart::Cleaned(clean(&dest, global)?));
     }
     let boot = pathdoc_ssh::BootstrapOptions {
         server_port: opts.server_port,
@@ -118,11 +118,12 @@ pub fn target(
             }
         ),
     );
-    Ok(Target::Server(
-        remote.addr,
-        Some(remote.token.clone()),
-        Some(Box::new(remote)),
-    ))
+    target.host = Some(remote.addr.to_string());
+    target.port = None;
+    target.auth_token = Some(remote.token.clone());
+    Ok(SshStart::Started {
+        _guard: Box::new(remote),
+    })
 }
 
 /// `--ssh-clean`: remove the cached binary on the far end.
@@ -169,11 +170,16 @@ pub fn run(args: SshArgs, global: Global) -> anyhow::Result<i32> {
     opts.bootstrap.server_port = args.ssh.server_port;
     let progress = TerminalProgress::new(global);
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let cancel = CancellationToken::new();
+    // Ctrl-C/SIGTERM: the transfer running stops, the far end is stopped, and the report keeps
+    // what was measured (exit 130).
+    let cancel: CancellationToken = runtime
+        .block_on(async { crate::interrupt::install(global.quiet) })
+        .context("installing the Ctrl-C handler")?;
     let result = pathdoc_ssh::run(&dest, &opts, &runtime, &progress, &cancel);
     progress.finish();
     let measured = result?;
     let mut report = Report::new("ssh", dest.destination.clone());
+    report.interrupted = measured.interrupted;
     report.findings = measured.findings(dest.host());
     report.data.insert(
         "ssh".into(),
