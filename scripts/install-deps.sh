@@ -16,6 +16,8 @@ packages=(
   ethtool         # offload settings on lab links
   procps          # sysctl
   kmod            # modprobe for nf_conntrack, tun, sch_tbf
+  openssh-client  # ssh, ssh-keygen: `pathdoc ssh`, `--ssh` bootstrap, lab sshd keys
+  openssh-server  # sshd in lab hosts with `sshd = true` (ssh-* scenarios, SSH tests)
 )
 
 missing=()

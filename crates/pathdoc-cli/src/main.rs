@@ -53,6 +53,12 @@ enum Command {
     /// Measure TCP throughput to a pathdoc server and name what limits it.
     #[command(after_help = cmd::speed::EXAMPLES)]
     Speed(cmd::speed::SpeedArgs),
+    /// What caps bulk transfers over SSH to a host: cipher/CPU, channel window, TCP buffers or
+    /// the network (uses your ssh; nothing to install on the far end).
+    #[command(
+        after_help = "Examples:\n  pathdoc ssh backup@nas.example.net          # both directions, 4 ciphers, ~1 min\n  pathdoc ssh nas -o ProxyJump=bastion -t 8s  # ssh options pass through\n  pathdoc ssh nas --ssh-clean                 # remove the pathdoc copied to nas\n\nExit codes: 0 no problem, 1 problem found, 2 could not run, 3 inconclusive."
+    )]
+    Ssh(cmd::ssh::SshArgs),
     /// Diagnose the TCP connections in a tcpdump/Wireshark capture (or compare two captures of one path).
     #[command(
         after_help = "Examples:\n  pathdoc analyze capture.pcap                 # findings per connection worth attention\n  tcpdump -i eth0 -w - | pathdoc analyze -     # live, from standard input\n  pathdoc analyze client.pcap server.pcap      # where packets vanish between two capture points\n  pathdoc analyze capture.pcapng.gz --flags    # Wireshark's tcp.analysis flags per packet (TSV)\n\nExit codes: 0 no problem, 1 problem found, 2 could not run, 3 inconclusive, 130 interrupted."
@@ -112,6 +118,7 @@ fn main() {
         Command::Server(args) => cmd::server::run(args, global),
         Command::Check(args) => cmd::check::run(args, global),
         Command::Speed(args) => cmd::speed::run(args, global),
+        Command::Ssh(args) => cmd::ssh::run(args, global),
         Command::Analyze(args) => cmd::analyze::run(args, global),
         Command::Completions(args) => cmd::docs::completions(args),
         Command::Man(args) => cmd::docs::man(args),
@@ -135,6 +142,7 @@ fn command_name(c: &Command) -> String {
         Command::Lab(a) => format!("lab {}", a.subcommand_name()),
         Command::Completions(_) => "completions".into(),
         Command::Man(_) => "man".into(),
+        Command::Ssh(_) => "ssh".into(),
     }
 }
 

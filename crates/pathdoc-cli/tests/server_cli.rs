@@ -323,6 +323,7 @@ fn ask_raw(addr: SocketAddr, check: pathdoc_proto::CheckKind, request: &Value) -
             pathdoc_proto::CheckKind::Idle => serde_json::json!({"type": "heartbeat", "seq": 1}),
             pathdoc_proto::CheckKind::Mtu => serde_json::json!({"type": "start"}),
             pathdoc_proto::CheckKind::Speed => serde_json::json!({"type": "start", "mode": "upload", "streams": 0, "duration_ms": 1000, "interval_ms": 1000}),
+            other => panic!("no follow-up request for {other:?}"),
         };
         conn.send(&follow_up).await.unwrap();
         let second: Value = conn.recv_timeout(t, "a second reply").await.unwrap();

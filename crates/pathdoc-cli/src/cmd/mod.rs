@@ -12,4 +12,6 @@ pub mod lab_capture;
 pub mod lab_delay_line;
 pub mod lab_demo_checks;
 pub mod server;
+pub mod server_ssh;
 pub mod speed;
+pub mod ssh;

@@ -32,6 +32,11 @@ the findings. Ctrl-C stops the test and prints what was measured.";
 pub struct SpeedArgs {
     #[command(flatten)]
     pub target: ServerTarget,
+    /// Start a temporary pathdoc server on [USER@]HOST[:PORT] over SSH and measure to it.
+    #[arg(long, value_name = "[USER@]HOST[:PORT]")]
+    pub ssh: Option<String>,
+    #[command(flatten)]
+    pub ssh_opts: super::ssh::SshClientArgs,
     /// Server → client (download) instead of client → server.
     #[arg(long, short = 'R', conflicts_with = "bidir")]
     pub reverse: bool,
@@ -110,10 +115,20 @@ impl SpeedArgs {
     }
 }
 
-pub fn run(args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
-    let target = args.target.plan()?;
+pub fn run(mut args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
     let opts = args.options()?;
     let progress = TerminalProgress::new(global);
+    let _remote = match super::ssh::prepare_target(
+        &mut args.target,
+        args.ssh.as_deref(),
+        &args.ssh_opts,
+        &progress,
+        global,
+    )? {
+        super::ssh::SshStart::Cleaned(code) => return Ok(code),
+        start => start,
+    };
+    let target = args.target.plan()?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let report = runtime.block_on(async {
         let cancel = interrupt::install(global.quiet).context("installing the Ctrl-C handler")?;
