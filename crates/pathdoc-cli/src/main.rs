@@ -34,6 +34,11 @@ enum Command {
     Check(cmd::check::CheckArgs),
     /// Measure TCP throughput to a pathdoc server and name what limits it.
     Speed(cmd::speed::SpeedArgs),
+    /// Re-read a saved `--json` report: print it as text, or write it as HTML with `-o`.
+    #[command(
+        after_help = "Examples:\n  pathdoc check HOST --json > run.json\n  pathdoc report run.json                  # the text the run printed\n  pathdoc report run.json -o run.html      # a self-contained HTML report with plots\n\nExit codes: those of the saved run (0, 1, 3); 2 when the file is not a report this version reads."
+    )]
+    Report(cmd::report::ReportArgs),
 }
 
 /// Options every command shares, handed down to the command modules.
@@ -56,6 +61,7 @@ fn main() {
         Command::Server(args) => cmd::server::run(args, global),
         Command::Check(args) => cmd::check::run(args, global),
         Command::Speed(args) => cmd::speed::run(args, global),
+        Command::Report(args) => cmd::report::run(args, global),
     };
     match result {
         Ok(code) => std::process::exit(code),

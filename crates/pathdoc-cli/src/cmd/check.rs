@@ -60,6 +60,8 @@ pub struct CheckArgs {
     pub throughput_opts: super::check_speed::ThroughputArgs,
     #[command(flatten)]
     pub idle_opts: super::check_idle::IdleArgs,
+    #[command(flatten)]
+    pub html: super::report_html::HtmlReportArgs,
 }
 
 /// What a check module gets to run with.
@@ -73,6 +75,7 @@ pub struct CheckContext<'a> {
 
 pub fn run(args: CheckArgs, global: Global) -> anyhow::Result<i32> {
     let server = args.target.resolve()?;
+    let html = args.html.prepare()?;
     let all = !(args.mtu || args.throughput || args.idle);
     let progress = TerminalProgress::new(global);
     let ctx = CheckContext {
@@ -109,6 +112,9 @@ pub fn run(args: CheckArgs, global: Global) -> anyhow::Result<i32> {
     });
     progress.finish();
     let code = output::print_report(&report, global);
+    if let Some(html) = html {
+        html.write(&report)?;
+    }
     // Nothing could run at all (server unreachable, not a pathdoc server, refused): that is
     // "could not run" for scripts, not an inconclusive diagnosis.
     Ok(if ran > 0 && could_not == ran { 2 } else { code })

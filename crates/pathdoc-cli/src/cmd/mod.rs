@@ -7,5 +7,7 @@ pub mod check_speed;
 pub mod lab;
 pub mod lab_delay_line;
 pub mod lab_demo_checks;
+pub mod report;
+pub mod report_html;
 pub mod server;
 pub mod speed;

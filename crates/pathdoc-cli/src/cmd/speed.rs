@@ -48,6 +48,8 @@ pub struct SpeedArgs {
     /// Sampling interval for the per-interval figures.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub interval: Duration,
+    #[command(flatten)]
+    pub html: super::report_html::HtmlReportArgs,
 }
 
 /// A test length or interval: the shared grammar (`10s`, `500ms`, `2m`, `1.5s`), plus a bare
@@ -109,6 +111,7 @@ fn parse_window(s: &str) -> Result<u32, String> {
 
 pub fn run(args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
     let server = args.target.resolve()?;
+    let html = args.html.prepare()?;
     if args.streams == 0 || args.streams > pathdoc_speed::spec::MAX_STREAMS {
         bail!(
             "--streams must be between 1 and {}",
@@ -145,7 +148,11 @@ pub fn run(args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
     ));
     progress.finish();
     result?;
-    Ok(output::print_report(&report, global))
+    let code = output::print_report(&report, global);
+    if let Some(html) = html {
+        html.write(&report)?;
+    }
+    Ok(code)
 }
 
 /// Run each of `tests` (with `compare_cc`: once per congestion control) and add findings and

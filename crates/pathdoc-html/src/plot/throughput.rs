@@ -1,0 +1,290 @@
+//! Throughput per interval, one figure per direction of each run: goodput, congestion window,
+//! RTT (one line per stream when the report has per-stream samples, else the direction's total)
+//! and retransmitted segments per interval.
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use super::{
+    draw_error, headroom, iec_axis, si_axis, ticks_for, Body, Figure, Mark, Series, BAD, FONT,
+    PALETTE,
+};
+use crate::view::{Interval, Section, SpeedDirection, Throughput};
+
+const WIDTH: u32 = 860;
+const HEIGHT: u32 = 720;
+
+/// Stream colours: the palette without the total's blue and the retransmissions' red.
+const STREAM_COLORS: [RGBColor; 8] = [
+    PALETTE[1],
+    PALETTE[2],
+    PALETTE[4],
+    PALETTE[5],
+    PALETTE[6],
+    PALETTE[7],
+    RGBColor(0xbc, 0xbd, 0x22),
+    RGBColor(0x39, 0x3b, 0x79),
+];
+const TOTAL: RGBColor = PALETTE[0];
+
+/// Every throughput figure of the report (none when the report has no throughput data).
+pub fn figures(data: &Section<Throughput>) -> Vec<Figure> {
+    let throughput = match data {
+        Section::Absent => return Vec::new(),
+        Section::Unreadable(why) => {
+            return vec![Figure::missing(
+                "throughput",
+                "Throughput per interval",
+                format!("the report's throughput data could not be read: {why}"),
+            )]
+        }
+        Section::Read(t) => t,
+    };
+    let mut figures = Vec::new();
+    let many_runs = throughput.runs.len() > 2;
+    for (r, run) in throughput.runs.iter().enumerate() {
+        for d in &run.directions {
+            let cc = run
+                .congestion_control
+                .clone()
+                .or_else(|| d.sender.as_ref().and_then(|s| s.congestion_control.clone()));
+            let mut id = format!("throughput-{}", d.direction);
+            if many_runs || run.congestion_control.is_some() {
+                id.push_str(&format!("-run{}", r + 1));
+            }
+            let title = format!(
+                "Throughput {} ({}{})",
+                d.arrow(),
+                d.direction,
+                cc.map(|c| format!(", {c}")).unwrap_or_default()
+            );
+            figures.push(direction_figure(id, title, d));
+        }
+    }
+    figures
+}
+
+/// One series to draw in each panel: a stream, or the direction's total.
+struct Line<'a> {
+    label: String,
+    color: RGBColor,
+    intervals: &'a [Interval],
+}
+
+fn direction_figure(id: String, title: String, d: &SpeedDirection) -> Figure {
+    let mut lines: Vec<Line> = Vec::new();
+    if !d.intervals.is_empty() {
+        let n = d.streams.unwrap_or(1);
+        let label = if n > 1 {
+            format!("all {n} streams (sum)")
+        } else {
+            "the stream".to_string()
+        };
+        lines.push(Line {
+            label,
+            color: TOTAL,
+            intervals: &d.intervals,
+        });
+    }
+    let per_stream = d.stream_intervals.len() > 1;
+    if per_stream {
+        for (i, s) in d.stream_intervals.iter().enumerate() {
+            if s.intervals.is_empty() {
+                continue;
+            }
+            lines.push(Line {
+                label: format!("stream {}", s.id.map_or(i as u32 + 1, |id| id + 1)),
+                color: STREAM_COLORS[i % STREAM_COLORS.len()],
+                intervals: &s.intervals,
+            });
+        }
+    }
+    if lines.is_empty() {
+        return Figure::missing(
+            id,
+            title,
+            "no per-interval samples in this report (a test shorter than one interval, or an older report)",
+        );
+    }
+    let retrans: Vec<(f64, f64, f64)> = d
+        .intervals
+        .iter()
+        .filter_map(|i| Some((i.start_s?, i.end_s?, i.retransmits?)))
+        .collect();
+    let any_retrans = retrans.iter().any(|r| r.2 > 0.0);
+
+    let mut svg = String::new();
+    let drawn = draw(&mut svg, &lines, &retrans);
+    if let Err(e) = drawn {
+        return Figure::missing(id, title, draw_error(e));
+    }
+    let mut legend: Vec<Series> = lines
+        .iter()
+        .map(|l| Series::new(l.label.clone(), l.color, Mark::Line))
+        .collect();
+    if any_retrans {
+        legend.push(Series::new("retransmitted segments", BAD, Mark::Bar));
+    }
+    let total: f64 = retrans.iter().map(|r| r.2).sum();
+    let caption = format!(
+        "{} goodput (TCP payload) over {}; {} retransmitted segments.{}",
+        d.goodput_bps
+            .map(pathdoc_core::units::format_rate)
+            .unwrap_or_else(|| "unknown".into()),
+        d.duration_s
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| pathdoc_core::units::format_duration(std::time::Duration::from_secs_f64(s)))
+            .unwrap_or_else(|| "an unknown time".into()),
+        total,
+        if per_stream || d.streams.unwrap_or(1) <= 1 {
+            ""
+        } else {
+            " Per-stream samples are not in this report; the lines are the direction's total."
+        }
+    );
+    Figure {
+        id,
+        title,
+        body: Body::Svg { svg, legend },
+        caption,
+    }
+}
+
+type DrawResult = Result<(), Box<dyn std::error::Error>>;
+
+fn draw(svg: &mut String, lines: &[Line], retrans: &[(f64, f64, f64)]) -> DrawResult {
+    let root = SVGBackend::with_string(svg, (WIDTH, HEIGHT)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let t_max = lines
+        .iter()
+        .flat_map(|l| l.intervals.iter().filter_map(|i| i.end_s))
+        .fold(0.0f64, f64::max)
+        .max(retrans.iter().map(|r| r.1).fold(0.0, f64::max));
+    let t_max = if t_max > 0.0 { t_max } else { 1.0 };
+    let (goodput_area, rest) = root.split_vertically(HEIGHT * 34 / 100);
+    let (cwnd_area, rest) = rest.split_vertically(HEIGHT * 22 / 100);
+    let (rtt_area, retrans_area) = rest.split_vertically(HEIGHT * 22 / 100);
+
+    let goodput_max = max_of(lines, |i| i.goodput_bps);
+    let (div, prefix) = si_axis(goodput_max);
+    panel(
+        &goodput_area,
+        lines,
+        t_max,
+        headroom(goodput_max),
+        &format!("goodput ({prefix}bit/s)"),
+        &|v| ticks_for(headroom(goodput_max) / div)(v / div),
+        |i| i.goodput_bps,
+    )?;
+    let cwnd_max = max_of(lines, |i| i.cwnd_bytes);
+    let (cdiv, cunit) = iec_axis(cwnd_max);
+    panel(
+        &cwnd_area,
+        lines,
+        t_max,
+        headroom(cwnd_max),
+        &format!("cwnd ({cunit})"),
+        &|v| ticks_for(headroom(cwnd_max) / cdiv)(v / cdiv),
+        |i| i.cwnd_bytes,
+    )?;
+    let rtt_max = max_of(lines, |i| i.rtt_us.map(|u| u / 1000.0));
+    panel(
+        &rtt_area,
+        lines,
+        t_max,
+        headroom(rtt_max),
+        "RTT (ms)",
+        &ticks_for(headroom(rtt_max)),
+        |i| i.rtt_us.map(|u| u / 1000.0),
+    )?;
+    retrans_panel(&retrans_area, retrans, t_max)?;
+    root.present()?;
+    Ok(())
+}
+
+fn max_of(lines: &[Line], value: impl Fn(&Interval) -> Option<f64>) -> f64 {
+    lines
+        .iter()
+        .flat_map(|l| l.intervals.iter().filter_map(&value))
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max)
+}
+
+fn mid(i: &Interval) -> Option<f64> {
+    Some((i.start_s? + i.end_s?) / 2.0)
+}
+
+/// One panel: a line (with a dot per interval) for each series, plotted at interval midpoints.
+fn panel(
+    area: &DrawingArea<SVGBackend, Shift>,
+    lines: &[Line],
+    t_max: f64,
+    y_max: f64,
+    y_desc: &str,
+    y_fmt: &dyn Fn(f64) -> String,
+    value: impl Fn(&Interval) -> Option<f64>,
+) -> DrawResult {
+    let x_fmt = ticks_for(t_max);
+    let mut chart = ChartBuilder::on(area)
+        .margin_left(8)
+        .margin_right(16)
+        .margin_top(8)
+        .x_label_area_size(34)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0f64..t_max, 0f64..y_max)?;
+    chart
+        .configure_mesh()
+        .y_desc(y_desc)
+        .x_desc("time (s)")
+        .x_labels(10)
+        .y_labels(4)
+        .x_label_formatter(&|v| x_fmt(*v))
+        .y_label_formatter(&|v| y_fmt(*v))
+        .label_style((FONT, 12))
+        .axis_desc_style((FONT, 13))
+        .light_line_style(WHITE)
+        .draw()?;
+    for line in lines {
+        let points: Vec<(f64, f64)> = line
+            .intervals
+            .iter()
+            .filter_map(|i| Some((mid(i)?, value(i)?)))
+            .filter(|(_, v)| v.is_finite())
+            .collect();
+        chart.draw_series(LineSeries::new(points, line.color.stroke_width(2)).point_size(3))?;
+    }
+    Ok(())
+}
+
+fn retrans_panel(
+    area: &DrawingArea<SVGBackend, Shift>,
+    retrans: &[(f64, f64, f64)],
+    t_max: f64,
+) -> DrawResult {
+    let y_max = headroom(retrans.iter().map(|r| r.2).fold(0.0, f64::max));
+    let x_fmt = ticks_for(t_max);
+    let mut chart = ChartBuilder::on(area)
+        .margin_left(8)
+        .margin_right(16)
+        .margin_top(8)
+        .x_label_area_size(36)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0f64..t_max, 0f64..y_max)?;
+    chart
+        .configure_mesh()
+        .y_desc("retransmitted segments")
+        .x_desc("time since the test started (s)")
+        .x_labels(10)
+        .y_labels(3)
+        .x_label_formatter(&|v| x_fmt(*v))
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .label_style((FONT, 12))
+        .axis_desc_style((FONT, 13))
+        .light_line_style(WHITE)
+        .draw()?;
+    chart.draw_series(retrans.iter().filter(|r| r.2 > 0.0).map(|&(s, e, n)| {
+        let pad = (e - s) * 0.1;
+        Rectangle::new([(s + pad, 0.0), (e - pad, n)], BAD.filled())
+    }))?;
+    Ok(())
+}
