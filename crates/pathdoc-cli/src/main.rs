@@ -39,6 +39,9 @@ enum Command {
         after_help = "Examples:\n  pathdoc check HOST --json > run.json\n  pathdoc report run.json                  # the text the run printed\n  pathdoc report run.json -o run.html      # a self-contained HTML report with plots\n\nExit codes: those of the saved run (0, 1, 3); 2 when the file is not a report this version reads."
     )]
     Report(cmd::report::ReportArgs),
+    /// Serve Prometheus: /probe?target=HOST&module=mtu|throughput runs a check per scrape,
+    /// module=idle returns the latest result of a background monitor (docs/exporter.md).
+    Exporter(cmd::exporter::ExporterArgs),
 }
 
 /// Options every command shares, handed down to the command modules.
@@ -62,6 +65,7 @@ fn main() {
         Command::Check(args) => cmd::check::run(args, global),
         Command::Speed(args) => cmd::speed::run(args, global),
         Command::Report(args) => cmd::report::run(args, global),
+        Command::Exporter(args) => cmd::exporter::run(args, global),
     };
     match result {
         Ok(code) => std::process::exit(code),

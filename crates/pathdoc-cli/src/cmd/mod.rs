@@ -4,6 +4,7 @@ pub mod check;
 pub mod check_idle;
 pub mod check_mtu;
 pub mod check_speed;
+pub mod exporter;
 pub mod lab;
 pub mod lab_delay_line;
 pub mod lab_demo_checks;
