@@ -22,6 +22,9 @@ use crate::probe;
 /// Time kept back from Prometheus's scrape timeout to encode and send the answer.
 const SCRAPE_MARGIN: Duration = Duration::from_millis(500);
 
+/// Held while a probe of one (target, module) runs.
+type TargetLock = Arc<Mutex<()>>;
+
 pub struct AppState {
     pub config: Arc<Config>,
     pub metrics: Arc<SelfMetrics>,
@@ -30,7 +33,7 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     probes: Semaphore,
     /// One probe per (target, module) at a time: two throughput tests at once would halve each.
-    busy: Mutex<HashMap<(String, String), Arc<Mutex<()>>>>,
+    busy: Mutex<HashMap<(String, String), TargetLock>>,
 }
 
 impl AppState {
