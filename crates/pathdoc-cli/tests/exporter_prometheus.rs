@@ -233,7 +233,7 @@ fn prometheus_scrapes_mtu_goodput_and_idle_results_and_alerts_fire() {
     );
     let (lo, hi) = (value(&lower[0]), value(&upper[0]));
     assert!(
-        lo < 3.0 + 0.6 && hi >= 3.0 && hi <= 5.0,
+        lo < 3.0 + 0.6 && (3.0..=5.0).contains(&hi),
         "bracket ({lo}, {hi}] for a 3 s timeout"
     );
     let below = query(lab, "pathdoc_idle_timeout_below_rfc{protocol=\"tcp\"}");
