@@ -41,10 +41,12 @@ pub fn page(report: &Report, figures: &[Figure], path: &PathInfo) -> String {
         esc(&report.target),
         overall.label()
     );
+    // Overview first (verdicts, path, pictures), then each finding's evidence and fixes.
     header(&mut s, report);
     verdicts(&mut s, report);
     path_section(&mut s, path);
     plots(&mut s, figures);
+    details(&mut s, report);
     footer(&mut s, report);
     s.push_str("</body>\n</html>\n");
     s
@@ -118,7 +120,14 @@ fn verdicts(s: &mut String, report: &Report) {
             f.hop.map(|h| h.to_string()).unwrap_or_else(|| "—".into()),
         );
     }
-    s.push_str("</tbody>\n</table>\n");
+    s.push_str("</tbody>\n</table>\n</section>\n");
+}
+
+fn details(s: &mut String, report: &Report) {
+    if report.findings.is_empty() {
+        return;
+    }
+    s.push_str("<section id=\"details\">\n<h2>Findings in detail: evidence and fixes</h2>\n");
     for (i, f) in report.findings.iter().enumerate() {
         finding(s, i, f);
     }

@@ -114,7 +114,11 @@ fn direction_figure(d: &MtuDirection) -> Figure {
             legend.push(Series::new("TTL scan: other ICMP", NEUTRAL, Mark::Dot));
         }
         if replies.iter().any(|r| r.is_none()) {
-            legend.push(Series::new("TTL scan: no answer", BAD, Mark::Cross));
+            legend.push(Series::new(
+                "TTL scan: no ICMP reply (the probe arrived, or vanished)",
+                BAD,
+                Mark::Cross,
+            ));
         }
         if drop_hop(d).is_some() {
             legend.push(Series::new("where the MTU drops", RULE, Mark::Line));

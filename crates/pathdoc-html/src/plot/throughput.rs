@@ -165,44 +165,29 @@ fn draw(svg: &mut String, lines: &[Line], retrans: &[(f64, f64, f64)]) -> DrawRe
     let (cwnd_area, rest) = rest.split_vertically(HEIGHT * 22 / 100);
     let (rtt_area, retrans_area) = rest.split_vertically(HEIGHT * 22 / 100);
 
-    let goodput_max = max_of(lines, |i| i.goodput_bps);
+    // Each panel is drawn in its display unit, so plotters picks round ticks in that unit.
+    let goodput_max = max_of(lines, &|i| i.goodput_bps);
     let (div, prefix) = si_axis(goodput_max);
     panel(
         &goodput_area,
         lines,
         t_max,
-        headroom(goodput_max),
         &format!("goodput ({prefix}bit/s)"),
-        &|v| ticks_for(headroom(goodput_max) / div)(v / div),
-        |i| i.goodput_bps,
+        |i| i.goodput_bps.map(|v| v / div),
     )?;
-    let cwnd_max = max_of(lines, |i| i.cwnd_bytes);
-    let (cdiv, cunit) = iec_axis(cwnd_max);
-    panel(
-        &cwnd_area,
-        lines,
-        t_max,
-        headroom(cwnd_max),
-        &format!("cwnd ({cunit})"),
-        &|v| ticks_for(headroom(cwnd_max) / cdiv)(v / cdiv),
-        |i| i.cwnd_bytes,
-    )?;
-    let rtt_max = max_of(lines, |i| i.rtt_us.map(|u| u / 1000.0));
-    panel(
-        &rtt_area,
-        lines,
-        t_max,
-        headroom(rtt_max),
-        "RTT (ms)",
-        &ticks_for(headroom(rtt_max)),
-        |i| i.rtt_us.map(|u| u / 1000.0),
-    )?;
+    let (cdiv, cunit) = iec_axis(max_of(lines, &|i| i.cwnd_bytes));
+    panel(&cwnd_area, lines, t_max, &format!("cwnd ({cunit})"), |i| {
+        i.cwnd_bytes.map(|v| v / cdiv)
+    })?;
+    panel(&rtt_area, lines, t_max, "RTT (ms)", |i| {
+        i.rtt_us.map(|u| u / 1000.0)
+    })?;
     retrans_panel(&retrans_area, retrans, t_max)?;
     root.present()?;
     Ok(())
 }
 
-fn max_of(lines: &[Line], value: impl Fn(&Interval) -> Option<f64>) -> f64 {
+fn max_of(lines: &[Line], value: &impl Fn(&Interval) -> Option<f64>) -> f64 {
     lines
         .iter()
         .flat_map(|l| l.intervals.iter().filter_map(&value))
@@ -219,11 +204,11 @@ fn panel(
     area: &DrawingArea<SVGBackend, Shift>,
     lines: &[Line],
     t_max: f64,
-    y_max: f64,
     y_desc: &str,
-    y_fmt: &dyn Fn(f64) -> String,
     value: impl Fn(&Interval) -> Option<f64>,
 ) -> DrawResult {
+    let y_max = headroom(max_of(lines, &value));
+    let y_fmt = ticks_for(y_max);
     let x_fmt = ticks_for(t_max);
     let mut chart = ChartBuilder::on(area)
         .margin_left(8)
@@ -277,7 +262,14 @@ fn retrans_panel(
         .x_labels(10)
         .y_labels(3)
         .x_label_formatter(&|v| x_fmt(*v))
-        .y_label_formatter(&|v| format!("{v:.0}"))
+        // Counts: whole numbers only.
+        .y_label_formatter(&|v| {
+            if v.fract() == 0.0 {
+                format!("{v:.0}")
+            } else {
+                String::new()
+            }
+        })
         .label_style((FONT, 12))
         .axis_desc_style((FONT, 13))
         .light_line_style(WHITE)
