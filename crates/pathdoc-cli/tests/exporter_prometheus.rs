@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use pathdoc_lab::{Lab, Topology};
 use serde_json::Value;
-use support::{run, wait_listening, ServerLab, PATHDOC};
+use support::{run, wait_listening, Cleanup, PATHDOC, SERVER_PORT};
 
 const STEM: &str = "pdx";
 const EXPORTER: &str = "127.0.0.1:9724";
@@ -123,8 +123,22 @@ fn prometheus_scrapes_mtu_goodput_and_idle_results_and_alerts_fire() {
     let (code, out, err) = run(check, Duration::from_secs(30));
     assert_eq!(code, 0, "promtool: {out}{err}");
 
-    let l = ServerLab::up(STEM, "prom", &topology());
-    let server = l.server.addr();
+    let cleanup = Cleanup::new(STEM, "prom");
+    let lab_guard = Lab::up(&topology(), &support::opts(STEM, "prom")).expect("lab up");
+    let lab = &lab_guard;
+    // The exporter checks again and again from one address: each probe is a session (two per
+    // throughput probe), so the server must allow that address more than the default 8.
+    let mut server_cmd = lab.command("server", PATHDOC);
+    server_cmd
+        .args(["server", "--max-sessions-per-ip", "256", "--listen"])
+        .arg(format!("0.0.0.0:{SERVER_PORT}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _server = lab
+        .spawn("server", server_cmd)
+        .expect("start pathdoc server");
+    let server = format!("{}:{SERVER_PORT}", lab.addr("server"));
+    wait_listening(lab, "client", server.parse().unwrap());
     let config = dir.join("exporter.toml");
     std::fs::write(
         &config,
@@ -137,18 +151,18 @@ fn prometheus_scrapes_mtu_goodput_and_idle_results_and_alerts_fire() {
         ),
     )
     .unwrap();
-    let mut exporter = l.lab.command("client", PATHDOC);
+    let mut exporter = lab.command("client", PATHDOC);
     exporter
         .args(["exporter", "--config"])
         .arg(&config)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let _exporter = l.lab.spawn("client", exporter).expect("start the exporter");
-    wait_listening(&l.lab, "client", EXPORTER.parse().unwrap());
+    let _exporter = lab.spawn("client", exporter).expect("start the exporter");
+    wait_listening(lab, "client", EXPORTER.parse().unwrap());
 
     let prom_config = dir.join("prometheus.yml");
     std::fs::write(&prom_config, prometheus_config(&dir, &server)).unwrap();
-    let mut prometheus = l.lab.command("client", "prometheus");
+    let mut prometheus = lab.command("client", "prometheus");
     prometheus
         .arg(format!("--config.file={}", prom_config.display()))
         .arg(format!(
@@ -159,11 +173,10 @@ fn prometheus_scrapes_mtu_goodput_and_idle_results_and_alerts_fire() {
         .arg("--log.level=warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let _prometheus = l.lab.spawn("client", prometheus).expect("start prometheus");
-    wait_listening(&l.lab, "client", PROMETHEUS.parse().unwrap());
+    let _prometheus = lab.spawn("client", prometheus).expect("start prometheus");
+    wait_listening(lab, "client", PROMETHEUS.parse().unwrap());
 
     let deadline = Instant::now() + Duration::from_secs(150);
-    let lab = &l.lab;
 
     // MTU: 1500 towards the server, 1400 towards the client, where ICMP is eaten: a black hole.
     let up = wait_for(
@@ -286,6 +299,7 @@ fn prometheus_scrapes_mtu_goodput_and_idle_results_and_alerts_fire() {
     let ok = query(lab, "probe_success{job=\"pathdoc_mtu\"}");
     assert_eq!(value(&ok[0]), 1.0);
 
-    l.down().unwrap();
-    drop(scratch);
+    drop((_prometheus, _exporter, _server));
+    lab_guard.down().unwrap();
+    drop((cleanup, scratch));
 }

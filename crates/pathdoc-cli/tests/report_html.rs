@@ -197,23 +197,11 @@ fn check_verdicts(chrome: &mut Chromium, tab: &browser::Tab, report: &Value) {
     }
 }
 
-/// Series each plot must show, worked out from the JSON independently of the renderer.
+/// Series each plot must show, in page order, worked out from the JSON independently of the
+/// renderer.
 fn expected_plots(report: &Value) -> Vec<(String, usize)> {
     let data = &report["data"];
     let mut plots = Vec::new();
-    for run in data["throughput"]["runs"].as_array().into_iter().flatten() {
-        for d in run["directions"].as_array().unwrap() {
-            let intervals = d["intervals"].as_array().unwrap();
-            let retrans: f64 = intervals
-                .iter()
-                .filter_map(|i| i["retransmits"].as_f64())
-                .sum();
-            plots.push((
-                format!("throughput-{}", d["direction"].as_str().unwrap()),
-                1 + usize::from(retrans > 0.0),
-            ));
-        }
-    }
     let idle = &data["idle"];
     if idle.is_object() {
         let outcomes: Vec<&str> = idle["tests"]
@@ -269,6 +257,19 @@ fn expected_plots(report: &Value) -> Vec<(String, usize)> {
             n += 1;
         }
         plots.push((format!("mtu-{}", d["direction"].as_str().unwrap()), n));
+    }
+    for run in data["throughput"]["runs"].as_array().into_iter().flatten() {
+        for d in run["directions"].as_array().unwrap() {
+            let intervals = d["intervals"].as_array().unwrap();
+            let retrans: f64 = intervals
+                .iter()
+                .filter_map(|i| i["retransmits"].as_f64())
+                .sum();
+            plots.push((
+                format!("throughput-{}", d["direction"].as_str().unwrap()),
+                1 + usize::from(retrans > 0.0),
+            ));
+        }
     }
     plots
 }

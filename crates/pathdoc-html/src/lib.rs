@@ -14,11 +14,17 @@ use pathdoc_core::Report;
 
 pub use plot::{Body, Figure, Series};
 
-/// Every plot the report's data allows, in page order: throughput, idle ladder, MTU maps.
+/// Every plot the report's data allows, in page order: the idle ladder and the MTU maps (the
+/// faults an ISP can fix) before the longer throughput figures.
 pub fn figures(report: &Report) -> Vec<Figure> {
-    let mut figures = plot::throughput::figures(&view::section(report, "throughput"));
-    figures.extend(plot::idle::figure(&view::section(report, "idle")));
+    let mut figures: Vec<Figure> = plot::idle::figure(&view::section(report, "idle"))
+        .into_iter()
+        .collect();
     figures.extend(plot::mtu::figures(&view::section(report, "mtu")));
+    figures.extend(plot::throughput::figures(&view::section(
+        report,
+        "throughput",
+    )));
     figures
 }
 

@@ -43,6 +43,15 @@ impl PathInfo {
                 }
             }
         }
+        if let Some(h) = idle
+            .read()
+            .and_then(|i| i.culprit.as_ref())
+            .and_then(|c| c.location.as_ref())
+            .filter(|l| l.kind.as_deref() == Some("hop"))
+            .and_then(|l| l.hop)
+        {
+            path.note_after(h, "forgets idle connections first (idle check)");
+        }
         let mut routers = idle
             .read()
             .and_then(|i| i.path.as_ref().and_then(|p| p.routers));
@@ -156,7 +165,8 @@ mod tests {
         let mut r = Report::new("check", "203.0.113.10:7224");
         r.data.insert(
             "idle".into(),
-            serde_json::json!({"path": {"addrs": ["192.168.1.1"], "routers": 2}, "public_addr": "203.0.113.1:4000"}),
+            serde_json::json!({"path": {"addrs": ["192.168.1.1"], "routers": 2}, "public_addr": "203.0.113.1:4000",
+                "culprit": {"location": {"kind": "hop", "hop": 1}}}),
         );
         r.data.insert(
             "mtu".into(),
@@ -183,7 +193,8 @@ mod tests {
         assert_eq!(p.hops[0].addrs, vec!["192.168.1.1"]);
         assert_eq!(p.hops[1].addrs, vec!["100.64.1.1", "203.0.113.1"]);
         assert!(p.hops[1].notes[0].contains("towards the client"));
-        assert!(p.hops[0].notes[0].contains("hop 1 forgets"));
+        assert!(p.hops[0].notes[0].contains("forgets idle connections first"));
+        assert!(p.hops[0].notes[1].contains("hop 1 forgets"));
         assert!(p.hops[1].kind().unwrap().contains("carrier"));
         assert!(p.hops[0].kind().unwrap().contains("private"));
     }
