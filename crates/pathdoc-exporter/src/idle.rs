@@ -126,13 +126,13 @@ async fn monitor(
             cfg.max_probes = max_probes;
             cfg.udp = udp;
             cfg.culprit = culprit;
-            let run = pathdoc_idle::run(&cfg, &NoProgress, &cancel);
+            let run = run_isolated(cfg, cancel.clone());
             tokio::pin!(run);
             tokio::select! {
-                r = &mut run => r.map_err(|e| e.to_string()),
+                r = &mut run => r,
                 _ = cancel.cancelled() => {
                     // The check stops on the token and releases its session; give it a moment,
-                    // then drop it (closing its sockets) so shutdown never waits for hours.
+                    // but never let shutdown wait for an hours-long run.
                     let _ = tokio::time::timeout(Duration::from_secs(2), &mut run).await;
                     Err("stopped".to_string())
                 }
@@ -182,6 +182,38 @@ async fn monitor(
             _ = cancel.cancelled() => break,
         }
     }
+}
+
+/// Run one idle check on its own thread and runtime, and drop that runtime when the check
+/// returns: every task the run spawned (probe readers waiting on connections a NAT silently
+/// dropped, which would otherwise hold their sockets until TCP gives up) ends with it, so a
+/// monitor that runs for months does not accumulate file descriptors.
+async fn run_isolated(
+    cfg: pathdoc_idle::IdleConfig,
+    cancel: CancellationToken,
+) -> Result<pathdoc_idle::IdleResult, String> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("pathdoc-idle-run".into())
+        .spawn(move || {
+            let result = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => {
+                    let r = rt
+                        .block_on(pathdoc_idle::run(&cfg, &NoProgress, &cancel))
+                        .map_err(|e| e.to_string());
+                    rt.shutdown_timeout(Duration::from_secs(1));
+                    r
+                }
+                Err(e) => Err(format!("starting the idle run's runtime: {e}")),
+            };
+            let _ = tx.send(result);
+        })
+        .map_err(|e| format!("starting the idle run's thread: {e}"))?;
+    rx.await
+        .unwrap_or_else(|_| Err("the idle run ended without a result".into()))
 }
 
 fn unix(t: SystemTime) -> f64 {
