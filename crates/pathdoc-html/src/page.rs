@@ -313,8 +313,12 @@ fn legend_entry(s: &mut String, series: &Series) {
 
 fn footer(s: &mut String, report: &Report) {
     let json = serde_json::to_string(report).unwrap_or_else(|_| "{}".into());
-    // Inside <script>, only "</" can end the element early; JSON allows "<\/" for "</".
-    let json = json.replace("</", "<\\/");
+    // Inside <script> the HTML parser still reacts to "</script" and "<!--": escape every
+    // markup character as a JSON \u escape (same string once parsed).
+    let json = json
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026");
     let _ = write!(
         s,
         "<footer>\n<p>Made by pathdoc {}. Rates are bits per second with SI prefixes \

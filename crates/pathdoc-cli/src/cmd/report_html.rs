@@ -18,12 +18,12 @@ pub struct HtmlReportArgs {
     pub report: Option<PathBuf>,
 }
 
-/// A destination that was proven writable; dropped without [`PendingHtml::write`], it removes
-/// its temporary file and leaves any existing report untouched.
+/// A destination that was proven writable. Nothing is left on disk until [`PendingHtml::write`]
+/// (so a run killed meanwhile leaves no stray file), and an existing report is replaced only by
+/// a complete one.
 pub struct PendingHtml {
     target: PathBuf,
     temp: PathBuf,
-    file: Option<std::fs::File>,
 }
 
 impl HtmlReportArgs {
@@ -51,26 +51,28 @@ impl HtmlReportArgs {
             name.to_string_lossy(),
             std::process::id()
         ));
-        let file = std::fs::File::create(&temp).with_context(|| {
+        // Prove the directory is writable now, without leaving anything behind.
+        std::fs::File::create(&temp).with_context(|| {
             format!(
                 "--report {}: cannot write in {}",
                 target.display(),
                 dir.display()
             )
         })?;
+        let _ = std::fs::remove_file(&temp);
         Ok(Some(PendingHtml {
             target: target.clone(),
             temp,
-            file: Some(file),
         }))
     }
 }
 
 impl PendingHtml {
     /// Render `report`, write it and move it into place. Says where it went on stderr.
-    pub fn write(mut self, report: &Report) -> anyhow::Result<PathBuf> {
+    pub fn write(self, report: &Report) -> anyhow::Result<PathBuf> {
         let html = pathdoc_html::render(report);
-        let mut file = self.file.take().context("HTML report already written")?;
+        let mut file = std::fs::File::create(&self.temp)
+            .with_context(|| format!("creating {}", self.temp.display()))?;
         file.write_all(html.as_bytes())
             .and_then(|_| file.sync_all())
             .with_context(|| format!("writing {}", self.temp.display()))?;

@@ -116,7 +116,7 @@ pub fn iec_axis(max: f64) -> (f64, &'static str) {
     ];
     PREFIXES
         .into_iter()
-        .find(|(f, _)| max >= 10.0 * *f)
+        .find(|(f, _)| max >= 2.0 * *f)
         .unwrap_or((1.0, "B"))
 }
 
@@ -172,9 +172,11 @@ mod tests {
         assert_eq!(si_axis(9.4e7), (1e6, "M"));
         assert_eq!(si_axis(3.0e9), (1e9, "G"));
         assert_eq!(si_axis(500.0), (1.0, ""));
-        assert_eq!(iec_axis(2.0 * 1024.0 * 1024.0), (1024.0, "KiB"));
+        assert_eq!(iec_axis(1.5 * 1024.0 * 1024.0), (1024.0, "KiB"));
+        assert_eq!(iec_axis(5.6 * 1024.0 * 1024.0).1, "MiB");
         assert_eq!(iec_axis(64.0 * 1024.0 * 1024.0).1, "MiB");
         assert_eq!(iec_axis(1500.0), (1.0, "B"));
+        assert_eq!(iec_axis(3000.0), (1024.0, "KiB"));
         assert_eq!(headroom(0.0), 1.0);
         assert_eq!(ticks_for(0.0045)(0.003), "0.003");
         assert_eq!(ticks_for(1400.0)(1200.0), "1200");
