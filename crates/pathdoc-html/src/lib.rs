@@ -15,7 +15,8 @@ use pathdoc_core::Report;
 pub use plot::{Body, Figure, Series};
 
 /// Every plot the report's data allows, in page order: the idle ladder and the MTU maps (the
-/// faults an ISP can fix) before the longer throughput figures.
+/// faults an ISP can fix) before the longer throughput figures, then captures' time-sequence
+/// graphs.
 pub fn figures(report: &Report) -> Vec<Figure> {
     let mut figures: Vec<Figure> = plot::idle::figure(&view::section(report, "idle"))
         .into_iter()
@@ -25,6 +26,7 @@ pub fn figures(report: &Report) -> Vec<Figure> {
         report,
         "throughput",
     )));
+    figures.extend(plot::stevens::figures(&view::section(report, "analyze")));
     figures
 }
 

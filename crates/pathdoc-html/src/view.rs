@@ -295,6 +295,78 @@ impl MtuDirection {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Captures (`data.analyze`): the time-sequence (Stevens) graph of the connections worth attention.
+//
+// Read layout (docs/report.md): `captures[].connections[].time_sequence[]`, one entry per data
+// direction, `segments` from its sender and `acks` from its receiver, times in seconds since the
+// connection's first packet, sequence numbers relative (as Wireshark shows them), flags named as
+// Wireshark's `tcp.analysis.*` classes.
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Analyze {
+    pub captures: Vec<Capture>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Capture {
+    pub file: Option<String>,
+    pub connections: Vec<Connection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Connection {
+    pub id: Option<u64>,
+    pub client: Option<String>,
+    pub server: Option<String>,
+    pub time_sequence: Vec<TimeSequence>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct TimeSequence {
+    /// `client-to-server` or `server-to-client`: whose data segments these are.
+    pub direction: String,
+    pub segments: Vec<Segment>,
+    pub acks: Vec<Ack>,
+    /// Points were left out (the series is bounded); the graph says so.
+    pub truncated: bool,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default)]
+pub struct Segment {
+    pub t: f64,
+    pub seq: f64,
+    pub len: f64,
+    pub flags: Vec<String>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default)]
+pub struct Ack {
+    pub t: f64,
+    pub ack: f64,
+    /// Receive window advertised with this ACK, bytes (scaled).
+    pub win: Option<f64>,
+    pub flags: Vec<String>,
+}
+
+impl Segment {
+    pub fn has(&self, flag: &str) -> bool {
+        self.flags.iter().any(|f| f == flag)
+    }
+}
+
+impl Ack {
+    pub fn has(&self, flag: &str) -> bool {
+        self.flags.iter().any(|f| f == flag)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -135,3 +135,62 @@ fn an_empty_report_still_renders() {
     let html = render(&Report::new("speed", "192.0.2.1:7224"));
     assert!(html.contains("No findings") && html.contains("no raw measurements to plot"));
 }
+
+#[test]
+fn captures_get_a_time_sequence_graph_with_retransmissions_dup_acks_and_zero_windows() {
+    let mut report = Report::new("analyze", "capture.pcap");
+    // A bulk sender: 40 segments of 1448 B, one lost (seq 14480) and retransmitted after three
+    // duplicate ACKs, then the receiver's window closes for a while.
+    let mut segments = Vec::new();
+    let mut acks = Vec::new();
+    for i in 0..40u32 {
+        let t = f64::from(i) * 0.001;
+        segments.push(serde_json::json!({"t": t, "seq": i * 1448, "len": 1448, "flags": []}));
+        let ack = if (10..14).contains(&i) {
+            10 * 1448
+        } else {
+            (i + 1) * 1448
+        };
+        let mut flags = vec![];
+        if (11..14).contains(&i) {
+            flags.push("duplicate_ack");
+        }
+        let win = if i == 30 { 0 } else { 65535 };
+        if win == 0 {
+            flags.push("zero_window");
+        }
+        acks.push(serde_json::json!({"t": t + 0.0005, "ack": ack, "win": win, "flags": flags}));
+    }
+    segments.push(serde_json::json!({"t": 0.0142, "seq": 14480, "len": 1448, "flags": ["fast_retransmission"]}));
+    report.data.insert(
+        "analyze".into(),
+        serde_json::json!({"captures": [{"file": "client.pcap", "connections": [{
+            "id": 3, "client": "192.168.1.100:40000", "server": "203.0.113.10:22",
+            "time_sequence": [{"direction": "client-to-server", "segments": segments, "acks": acks}]
+        }]}]}),
+    );
+    let figs = figures(&report);
+    assert_eq!(figs.len(), 1);
+    assert_eq!(figs[0].id, "stevens-1-3-client-to-server");
+    let Body::Svg { svg, legend } = &figs[0].body else {
+        panic!("{:?}", figs[0].body)
+    };
+    let labels: Vec<&str> = legend.iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "data segment (first to last byte)",
+            "retransmitted segment",
+            "ACK (receiver)",
+            "window edge (ACK + advertised window)",
+            "duplicate ACK",
+            "zero window"
+        ]
+    );
+    for s in legend {
+        let hex = format!("#{:02X}{:02X}{:02X}", s.color.0, s.color.1, s.color.2);
+        assert!(svg.contains(&hex), "{} ({hex}) not drawn", s.label);
+    }
+    assert!(svg.contains("relative sequence number (KiB)"));
+    assert!(svg.contains("time since the connection"));
+}

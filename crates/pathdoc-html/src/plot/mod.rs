@@ -7,6 +7,7 @@
 
 pub mod idle;
 pub mod mtu;
+pub mod stevens;
 pub mod throughput;
 
 use plotters::style::RGBColor;
