@@ -35,7 +35,7 @@ impl HtmlReportArgs {
         };
         if target.is_dir() {
             anyhow::bail!(
-                "--report {}: is a directory; give a file name such as report.html",
+                "HTML report {}: is a directory; give a file name such as report.html",
                 target.display()
             );
         }
@@ -45,7 +45,7 @@ impl HtmlReportArgs {
         };
         let name = target
             .file_name()
-            .with_context(|| format!("--report {}: not a file name", target.display()))?;
+            .with_context(|| format!("HTML report {}: not a file name", target.display()))?;
         let temp = dir.join(format!(
             ".{}.pathdoc-{}.tmp",
             name.to_string_lossy(),
@@ -54,7 +54,7 @@ impl HtmlReportArgs {
         // Prove the directory is writable now, without leaving anything behind.
         std::fs::File::create(&temp).with_context(|| {
             format!(
-                "--report {}: cannot write in {}",
+                "HTML report {}: cannot write in {}",
                 target.display(),
                 dir.display()
             )
