@@ -265,9 +265,22 @@ fn expected_plots(report: &Value) -> Vec<(String, usize)> {
                 .iter()
                 .filter_map(|i| i["retransmits"].as_f64())
                 .sum();
+            // The total, each stream when there are per-stream samples of several, the
+            // retransmissions when there were any, the steady-state band when there is one.
+            let mut streams: Vec<u64> = intervals
+                .iter()
+                .flat_map(|i| i["streams"].as_array().into_iter().flatten())
+                .enumerate()
+                .map(|(k, s)| s["stream"].as_u64().unwrap_or(k as u64))
+                .collect();
+            streams.sort();
+            streams.dedup();
+            let per_stream = if streams.len() > 1 { streams.len() } else { 0 };
+            let steady = d["phases"]["steady"]["start_s"].is_number()
+                && d["phases"]["steady"]["end_s"].is_number();
             plots.push((
                 format!("throughput-{}", d["direction"].as_str().unwrap()),
-                1 + usize::from(retrans > 0.0),
+                1 + per_stream + usize::from(retrans > 0.0) + usize::from(steady),
             ));
         }
     }

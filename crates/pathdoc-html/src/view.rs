@@ -62,20 +62,27 @@ pub struct SpeedDirection {
     pub streams: Option<u32>,
     pub goodput_bps: Option<f64>,
     pub duration_s: Option<f64>,
-    /// All streams of the direction together.
+    /// All streams of the direction together; per stream in `intervals[].streams[]`.
     pub intervals: Vec<Interval>,
-    /// One entry per stream, when the report has per-stream samples.
-    #[serde(alias = "per_stream", alias = "streams_detail")]
-    pub stream_intervals: Vec<StreamSamples>,
+    /// Slow start and steady state (derived by the check from the intervals).
+    pub phases: Option<Phases>,
     pub sender: Option<SenderTotals>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct StreamSamples {
-    #[serde(alias = "stream", alias = "index")]
-    pub id: Option<u32>,
-    pub intervals: Vec<Interval>,
+pub struct Phases {
+    pub slow_start_end_s: Option<f64>,
+    pub steady: Option<Steady>,
+}
+
+/// The part of the transfer the verdicts are judged on.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Steady {
+    pub start_s: Option<f64>,
+    pub end_s: Option<f64>,
+    pub goodput_bps: Option<f64>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -87,6 +94,50 @@ pub struct Interval {
     pub cwnd_bytes: Option<f64>,
     pub rtt_us: Option<f64>,
     pub retransmits: Option<f64>,
+    pub streams: Vec<StreamInterval>,
+}
+
+/// One stream in one interval.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default)]
+pub struct StreamInterval {
+    /// Index within its direction, 0-based.
+    pub stream: Option<u32>,
+    pub goodput_bps: Option<f64>,
+    pub cwnd_bytes: Option<f64>,
+    pub rtt_us: Option<f64>,
+    pub retransmits: Option<f64>,
+}
+
+impl SpeedDirection {
+    /// Each stream's own intervals (times from the direction's intervals), when the report has
+    /// per-stream samples for more than one stream.
+    pub fn per_stream(&self) -> Vec<(u32, Vec<Interval>)> {
+        let mut streams: Vec<(u32, Vec<Interval>)> = Vec::new();
+        for i in &self.intervals {
+            for (k, s) in i.streams.iter().enumerate() {
+                let id = s.stream.unwrap_or(k as u32);
+                let sample = Interval {
+                    start_s: i.start_s,
+                    end_s: i.end_s,
+                    goodput_bps: s.goodput_bps,
+                    cwnd_bytes: s.cwnd_bytes,
+                    rtt_us: s.rtt_us,
+                    retransmits: s.retransmits,
+                    streams: Vec::new(),
+                };
+                match streams.iter_mut().find(|(x, _)| *x == id) {
+                    Some((_, v)) => v.push(sample),
+                    None => streams.push((id, vec![sample])),
+                }
+            }
+        }
+        if streams.len() < 2 {
+            streams.clear();
+        }
+        streams.sort_by_key(|(id, _)| *id);
+        streams
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

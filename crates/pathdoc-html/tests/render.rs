@@ -194,3 +194,53 @@ fn captures_get_a_time_sequence_graph_with_retransmissions_dup_acks_and_zero_win
     assert!(svg.contains("relative sequence number (KiB)"));
     assert!(svg.contains("time since the connection"));
 }
+
+#[test]
+fn throughput_draws_each_stream_and_the_steady_state() {
+    let mut report = Report::new("speed", "192.0.2.1:7224");
+    let intervals: Vec<serde_json::Value> = (0..5)
+        .map(|i| {
+            let t = f64::from(i);
+            serde_json::json!({
+                "start_s": t, "end_s": t + 1.0, "goodput_bps": 90e6, "cwnd_bytes": 200_000,
+                "rtt_us": 20_000, "retransmits": if i == 2 { 4 } else { 0 },
+                "streams": [
+                    {"stream": 0, "goodput_bps": 50e6, "cwnd_bytes": 110_000, "rtt_us": 21_000, "retransmits": 0},
+                    {"stream": 1, "goodput_bps": 40e6, "cwnd_bytes": 90_000, "rtt_us": 19_000, "retransmits": 0}
+                ]
+            })
+        })
+        .collect();
+    report.data.insert(
+        "throughput".into(),
+        serde_json::json!({"runs": [{"directions": [{
+            "direction": "download", "streams": 2, "goodput_bps": 88e6, "duration_s": 5.0,
+            "intervals": intervals,
+            "phases": {"slow_start_end_s": 1.0, "steady": {"start_s": 1.0, "end_s": 5.0, "goodput_bps": 90e6}}
+        }]}]}),
+    );
+    let figs = figures(&report);
+    let Body::Svg { svg, legend } = &figs[0].body else {
+        panic!("{:?}", figs[0].body)
+    };
+    let labels: Vec<&str> = legend.iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "all 2 streams (sum)",
+            "stream 1",
+            "stream 2",
+            "retransmitted segments",
+            "steady state: what the verdicts judge (90.0 Mbit/s goodput)"
+        ]
+    );
+    for s in legend {
+        let hex = format!("#{:02X}{:02X}{:02X}", s.color.0, s.color.1, s.color.2);
+        assert!(svg.contains(&hex), "{} ({hex}) not drawn", s.label);
+    }
+    assert!(
+        !figs[0].caption.contains("Per-stream samples are not"),
+        "{}",
+        figs[0].caption
+    );
+}

@@ -26,6 +26,8 @@ const STREAM_COLORS: [RGBColor; 8] = [
     RGBColor(0x39, 0x3b, 0x79),
 ];
 const TOTAL: RGBColor = PALETTE[0];
+/// Background band of the steady state in the goodput panel (opaque, so it is its own colour).
+const STEADY: RGBColor = RGBColor(0xd9, 0xe7, 0xf4);
 
 /// Every throughput figure of the report (none when the report has no throughput data).
 pub fn figures(data: &Section<Throughput>) -> Vec<Figure> {
@@ -86,18 +88,14 @@ fn direction_figure(id: String, title: String, d: &SpeedDirection) -> Figure {
             intervals: &d.intervals,
         });
     }
-    let per_stream = d.stream_intervals.len() > 1;
-    if per_stream {
-        for (i, s) in d.stream_intervals.iter().enumerate() {
-            if s.intervals.is_empty() {
-                continue;
-            }
-            lines.push(Line {
-                label: format!("stream {}", s.id.map_or(i as u32 + 1, |id| id + 1)),
-                color: STREAM_COLORS[i % STREAM_COLORS.len()],
-                intervals: &s.intervals,
-            });
-        }
+    let streams = d.per_stream();
+    let per_stream = !streams.is_empty();
+    for (k, (id, intervals)) in streams.iter().enumerate() {
+        lines.push(Line {
+            label: format!("stream {}", id + 1),
+            color: STREAM_COLORS[k % STREAM_COLORS.len()],
+            intervals,
+        });
     }
     if lines.is_empty() {
         return Figure::missing(
@@ -113,8 +111,14 @@ fn direction_figure(id: String, title: String, d: &SpeedDirection) -> Figure {
         .collect();
     let any_retrans = retrans.iter().any(|r| r.2 > 0.0);
 
+    let steady = d
+        .phases
+        .as_ref()
+        .and_then(|p| p.steady.as_ref())
+        .and_then(|st| Some((st.start_s?, st.end_s?, st.goodput_bps)))
+        .filter(|(a, b, _)| a.is_finite() && b.is_finite() && b > a);
     let mut svg = String::new();
-    let drawn = draw(&mut svg, &lines, &retrans);
+    let drawn = draw(&mut svg, &lines, &retrans, steady.map(|(a, b, _)| (a, b)));
     if let Err(e) = drawn {
         return Figure::missing(id, title, draw_error(e));
     }
@@ -124,6 +128,17 @@ fn direction_figure(id: String, title: String, d: &SpeedDirection) -> Figure {
         .collect();
     if any_retrans {
         legend.push(Series::new("retransmitted segments", BAD, Mark::Bar));
+    }
+    if let Some((_, _, rate)) = steady {
+        legend.push(Series::new(
+            format!(
+                "steady state: what the verdicts judge{}",
+                rate.map(|r| format!(" ({} goodput)", pathdoc_core::units::format_rate(r)))
+                    .unwrap_or_default()
+            ),
+            STEADY,
+            Mark::Band,
+        ));
     }
     let total: f64 = retrans.iter().map(|r| r.2).sum();
     let caption = format!(
@@ -152,7 +167,12 @@ fn direction_figure(id: String, title: String, d: &SpeedDirection) -> Figure {
 
 type DrawResult = Result<(), Box<dyn std::error::Error>>;
 
-fn draw(svg: &mut String, lines: &[Line], retrans: &[(f64, f64, f64)]) -> DrawResult {
+fn draw(
+    svg: &mut String,
+    lines: &[Line],
+    retrans: &[(f64, f64, f64)],
+    steady: Option<(f64, f64)>,
+) -> DrawResult {
     let root = SVGBackend::with_string(svg, (WIDTH, HEIGHT)).into_drawing_area();
     root.fill(&WHITE)?;
     let t_max = lines
@@ -171,15 +191,19 @@ fn draw(svg: &mut String, lines: &[Line], retrans: &[(f64, f64, f64)]) -> DrawRe
     panel(
         &goodput_area,
         lines,
-        t_max,
+        (t_max, steady),
         &format!("goodput ({prefix}bit/s)"),
         |i| i.goodput_bps.map(|v| v / div),
     )?;
     let (cdiv, cunit) = iec_axis(max_of(lines, &|i| i.cwnd_bytes));
-    panel(&cwnd_area, lines, t_max, &format!("cwnd ({cunit})"), |i| {
-        i.cwnd_bytes.map(|v| v / cdiv)
-    })?;
-    panel(&rtt_area, lines, t_max, "RTT (ms)", |i| {
+    panel(
+        &cwnd_area,
+        lines,
+        (t_max, None),
+        &format!("cwnd ({cunit})"),
+        |i| i.cwnd_bytes.map(|v| v / cdiv),
+    )?;
+    panel(&rtt_area, lines, (t_max, None), "RTT (ms)", |i| {
         i.rtt_us.map(|u| u / 1000.0)
     })?;
     retrans_panel(&retrans_area, retrans, t_max)?;
@@ -203,7 +227,7 @@ fn mid(i: &Interval) -> Option<f64> {
 fn panel(
     area: &DrawingArea<SVGBackend, Shift>,
     lines: &[Line],
-    t_max: f64,
+    (t_max, band): (f64, Option<(f64, f64)>),
     y_desc: &str,
     value: impl Fn(&Interval) -> Option<f64>,
 ) -> DrawResult {
@@ -229,6 +253,12 @@ fn panel(
         .axis_desc_style((FONT, 13))
         .light_line_style(WHITE)
         .draw()?;
+    if let Some((a, b)) = band {
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(a, 0.0), (b.min(t_max), y_max)],
+            STEADY.filled(),
+        )))?;
+    }
     for line in lines {
         let points: Vec<(f64, f64)> = line
             .intervals
