@@ -217,7 +217,10 @@ fn expected_plots(report: &Value) -> Vec<(String, usize)> {
             .unwrap()
             .iter()
             .any(|l| bracket(&l["outcome"]))
-            || bracket(&idle["udp"]["outcome"]);
+            || ["outcome", "single_exchange", "stream"].iter().any(|k| {
+                let o = &idle["udp"][k];
+                bracket(if *k == "outcome" { o } else { &o["outcome"] })
+            });
         let n = usize::from(outcomes.contains(&"alive"))
             + usize::from(outcomes.contains(&"dead"))
             + usize::from(outcomes.iter().any(|o| *o != "alive" && *o != "dead"))

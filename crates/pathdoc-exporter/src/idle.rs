@@ -248,6 +248,16 @@ struct Bracket {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 struct Udp {
+    /// The two binding classes (single exchange, stream), each with its own ladder…
+    single_exchange: Option<UdpClass>,
+    stream: Option<UdpClass>,
+    /// …or one ladder in results from before the classes.
+    outcome: Option<Bracket>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct UdpClass {
     outcome: Option<Bracket>,
 }
 
@@ -319,10 +329,21 @@ pub fn samples(state: &MonitorState) -> Samples {
         .iter()
         .filter(|l| l.split.is_none())
         .map(|l| ("tcp", l.mode.as_str(), l.outcome.as_ref()));
-    let udp = data
-        .udp
-        .as_ref()
-        .map(|u| ("udp", "server-initiated", u.outcome.as_ref()));
+    let udp = data.udp.as_ref().into_iter().flat_map(|u| {
+        [
+            (
+                "udp",
+                "single-exchange",
+                u.single_exchange.as_ref().and_then(|c| c.outcome.as_ref()),
+            ),
+            (
+                "udp",
+                "stream",
+                u.stream.as_ref().and_then(|c| c.outcome.as_ref()),
+            ),
+            ("udp", "server-initiated", u.outcome.as_ref()),
+        ]
+    });
     for (protocol, mode, bracket) in tcp.chain(udp) {
         let Some(b) = bracket else { continue };
         for (bound, v) in [("lower", b.lower_s), ("upper", b.upper_s)] {
@@ -371,7 +392,8 @@ mod tests {
                     "plan": {"horizon_s": 12.0},
                     "ladders": [{"mode": "server-initiated", "split": null,
                                  "outcome": {"lower_s": 2.0, "upper_s": 3.0}}],
-                    "udp": {"outcome": {"lower_s": 1.0, "upper_s": null}}
+                    "udp": {"single_exchange": {"outcome": {"lower_s": 1.0, "upper_s": null}},
+                            "stream": {"outcome": {"lower_s": 150.0, "upper_s": 160.0}}}
                 }),
             }),
             ..MonitorState::default()

@@ -205,12 +205,24 @@ pub struct Bracket {
 #[serde(default)]
 pub struct Udp {
     pub tests: Vec<UdpTest>,
+    /// Bindings in two classes with their own timers (single exchange, stream)…
+    pub single_exchange: Option<UdpClass>,
+    pub stream: Option<UdpClass>,
+    /// …or, in reports before the classes, one ladder.
+    pub outcome: Option<Bracket>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct UdpClass {
     pub outcome: Option<Bracket>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct UdpTest {
+    /// `single-exchange` or `stream`; absent for the inbound-refresh bindings (and old reports).
+    pub class: Option<String>,
     pub idle_s: Option<f64>,
     pub outcome: String,
     pub inbound_refresh: bool,
@@ -302,6 +314,9 @@ pub struct MtuOutcome {
     pub smallest_lost: Option<u32>,
     pub ptb_mtu: Option<u32>,
     pub ptb_from: Option<String>,
+    /// For `clean`: what stopped the search — `sender-interface` or `probe-limit` (then the
+    /// path MTU is at least `mtu`).
+    pub cap: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

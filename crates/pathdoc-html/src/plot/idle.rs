@@ -167,11 +167,32 @@ fn rows(idle: &Idle) -> Vec<Row> {
         }
     }
     if let Some(udp) = &idle.udp {
-        for (refresh, label) in [(false, "UDP"), (true, "UDP, inbound traffic only")] {
+        let class_bracket =
+            |c: &Option<crate::view::UdpClass>| c.as_ref().and_then(|c| c.outcome.clone());
+        let classes: [(&str, &str, Option<Bracket>); 4] = [
+            (
+                "single-exchange",
+                "UDP, one exchange then silence",
+                class_bracket(&udp.single_exchange),
+            ),
+            (
+                "stream",
+                "UDP, a stream then silence",
+                class_bracket(&udp.stream),
+            ),
+            // Reports from before the two classes: one ladder.
+            ("", "UDP", udp.outcome.clone()),
+            ("inbound", "UDP, inbound traffic only", None),
+        ];
+        for (class, label, bracket) in classes {
             let probes: Vec<(f64, String)> = udp
                 .tests
                 .iter()
-                .filter(|t| t.inbound_refresh == refresh)
+                .filter(|t| match class {
+                    "inbound" => t.inbound_refresh,
+                    "" => !t.inbound_refresh && t.class.is_none(),
+                    c => !t.inbound_refresh && t.class.as_deref() == Some(c),
+                })
                 .filter_map(|t| {
                     Some((
                         t.idle_s.filter(|s| s.is_finite() && *s > 0.0)?,
@@ -184,7 +205,7 @@ fn rows(idle: &Idle) -> Vec<Row> {
                     label: label.into(),
                     udp: true,
                     probes,
-                    bracket: if refresh { None } else { udp.outcome.clone() },
+                    bracket,
                 });
             }
         }

@@ -136,6 +136,13 @@ fn path_mtu(d: &MtuDirection) -> Option<u32> {
     d.outcome.as_ref().and_then(|o| o.mtu)
 }
 
+/// The search stopped at the probe limit, not at the path: the MTU is a lower bound.
+fn at_least(d: &MtuDirection) -> bool {
+    d.outcome
+        .as_ref()
+        .is_some_and(|o| o.cap.as_deref() == Some("probe-limit"))
+}
+
 fn drop_hop(d: &MtuDirection) -> Option<u32> {
     d.location.as_ref().and_then(|l| l.hop)
 }
@@ -162,6 +169,9 @@ fn caption(d: &MtuDirection) -> String {
             other => other.to_string(),
         };
         match o.mtu {
+            Some(m) if at_least(d) => s.push_str(&format!(
+                " Path MTU at least {m} B (the probe limit): {what}."
+            )),
             Some(m) => s.push_str(&format!(" Path MTU {m} B: {what}.")),
             None => s.push_str(&format!(" {what}.")),
         }
@@ -233,7 +243,7 @@ fn probe_map(area: &DrawingArea<SVGBackend, Shift>, d: &MtuDirection) -> DrawRes
         )))?;
         let (x, y) = in_area(area, chart.backend_coord(&(m, 108.0)));
         area.draw(&Text::new(
-            format!("path MTU {m:.0} B"),
+            format!("path MTU {}{m:.0} B", if at_least(d) { "≥ " } else { "" }),
             (x - 4, y),
             TextStyle::from((FONT, 12))
                 .color(&MEASURE)
