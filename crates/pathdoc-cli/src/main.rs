@@ -1,19 +1,43 @@
 //! `pathdoc`: the thin binary. Parses arguments, runs one command from the library crates,
 //! renders its report, and maps the outcome to an exit code scripts can use:
-//! 0 healthy, 1 a fault was found, 2 could not run (usage, unreachable, privilege), 3 inconclusive.
+//! 0 healthy, 1 a fault was found, 2 could not run (usage, unreachable, privilege),
+//! 3 inconclusive, 130 interrupted (docs/output.md).
 
+mod args;
 mod cmd;
+mod error;
+mod interrupt;
 mod output;
 mod progress;
+mod speed_table;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+
+use error::CliError;
+
+/// `pathdoc --version`: the release and the commit it was built from (build.rs).
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("PATHDOC_GIT_COMMIT"),
+    ")"
+);
 
 #[derive(Parser, Debug)]
-#[command(name = "pathdoc", version, about = "Diagnose long-lived and bulk TCP transfers across a real path", long_about = None)]
+#[command(
+    name = "pathdoc",
+    version = LONG_VERSION,
+    about = "Diagnose long-lived and bulk TCP transfers across a real path",
+    long_about = "Diagnose long-lived and bulk TCP transfers that die or crawl across a real path: idle-state timeouts of NATs and firewalls, path MTU and PMTUD black holes, and what limits throughput — each verdict with the measurements behind it and the fix.",
+    after_help = "Examples:\n  pathdoc server                               # on the far end (TCP and UDP 7224)\n  pathdoc check server.example.net             # MTU, throughput, idle timeouts (up to 2 h 10 min)\n  pathdoc speed server.example.net -t 10s -R   # download throughput, iperf3-style\n  sudo pathdoc lab demo                        # see every failure reproduced in a lab\n\nExit codes: 0 no problem, 1 problem found, 2 could not run, 3 inconclusive, 130 interrupted."
+)]
 struct Cli {
-    /// Print a versioned JSON document instead of human text.
+    /// Print a versioned JSON document on stdout instead of human text (errors too).
     #[arg(long, global = true)]
     json: bool,
+    /// No progress on stderr.
+    #[arg(short, long, global = true)]
+    quiet: bool,
     /// More log output on stderr (repeat for more).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -23,42 +47,67 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Build network paths with real kernel faults out of network namespaces (needs root).
-    Lab(cmd::lab::LabArgs),
-    /// Run the far end of the checks (TCP and UDP on one port).
-    Server(cmd::server::ServerArgs),
     /// Diagnose the path to a pathdoc server: MTU, throughput, idle timeouts.
-    #[command(
-        after_help = "Examples:\n  pathdoc check server.example.net           # all checks; the idle check takes up to 2 h 10 min\n  pathdoc check server.example.net --mtu     # one check (also --throughput, --idle)\n  pathdoc check 203.0.113.10:7224 --json     # versioned JSON for scripts (docs/output.md)\n\nExit codes: 0 no problem, 1 problem found, 2 could not run, 3 inconclusive."
-    )]
+    #[command(after_help = cmd::check::EXAMPLES)]
     Check(cmd::check::CheckArgs),
     /// Measure TCP throughput to a pathdoc server and name what limits it.
+    #[command(after_help = cmd::speed::EXAMPLES)]
     Speed(cmd::speed::SpeedArgs),
     /// Re-read a saved `--json` report: print it as text, or write it as HTML with `-o`.
     #[command(
-        after_help = "Examples:\n  pathdoc check HOST --json > run.json\n  pathdoc report run.json                  # the text the run printed\n  pathdoc report run.json -o run.html      # a self-contained HTML report with plots\n\nExit codes: those of the saved run (0, 1, 3); 2 when the file is not a report this version reads."
+        after_help = "Examples:\n  pathdoc check HOST --json > run.json\n  pathdoc report run.json                  # the text the run printed\n  pathdoc report run.json -o run.html      # a self-contained HTML report with plots\n  pathdoc report run.html                  # an HTML report holds its JSON: reads back too\n\nExit codes: those of the saved run (0, 1, 3, 130); 2 when the file is not a report this version reads."
     )]
     Report(cmd::report::ReportArgs),
     /// Serve Prometheus: /probe?target=HOST&module=mtu|throughput runs a check per scrape,
     /// module=idle returns the latest result of a background monitor (docs/exporter.md).
+    #[command(after_help = cmd::exporter::EXAMPLES)]
     Exporter(cmd::exporter::ExporterArgs),
+    /// Run the far end of the checks (TCP and UDP on one port).
+    #[command(
+        after_help = "Examples:\n  pathdoc server                                  # all addresses, TCP and UDP 7224\n  pathdoc server --listen 192.0.2.10:7224         # one address\n  PATHDOC_AUTH_TOKEN=s3cret pathdoc server        # clients must pass the same token\n\nOpen TCP and UDP on the port in the server's firewall. More: docs/server.md."
+    )]
+    Server(cmd::server::ServerArgs),
+    /// Build network paths with real kernel faults out of network namespaces (needs root).
+    #[command(after_help = cmd::lab::EXAMPLES)]
+    Lab(cmd::lab::LabArgs),
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Examples:\n  pathdoc completions bash > /etc/bash_completion.d/pathdoc\n  pathdoc completions zsh > \"${fpath[1]}/_pathdoc\"\n  pathdoc completions fish > ~/.config/fish/completions/pathdoc.fish"
+    )]
+    Completions(cmd::docs::CompletionsArgs),
+    /// Print the manual page (roff), or write one page per command into a directory.
+    #[command(
+        after_help = "Examples:\n  pathdoc man | man -l -                      # read it now\n  pathdoc man check | man -l -                # the page of one command\n  pathdoc man --dir /usr/local/share/man/man1 # install pathdoc.1, pathdoc-check.1, …"
+    )]
+    Man(cmd::docs::ManArgs),
 }
 
 /// Options every command shares, handed down to the command modules.
 #[derive(Debug, Clone, Copy)]
 pub struct Global {
     pub json: bool,
+    pub quiet: bool,
     pub verbose: u8,
 }
 
+/// The whole command-line interface, for completions and man pages.
+pub fn cli_command() -> clap::Command {
+    Cli::command()
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => usage_error(e),
+    };
     let json_logs = matches!(&cli.command, Command::Server(a) if a.log_format() == cmd::server::LogFormat::Json);
     init_logging(cli.verbose, json_logs);
     let global = Global {
         json: cli.json,
+        quiet: cli.quiet,
         verbose: cli.verbose,
     };
+    let name = command_name(&cli.command);
     let result = match cli.command {
         Command::Lab(args) => cmd::lab::run(args, global),
         Command::Server(args) => cmd::server::run(args, global),
@@ -66,14 +115,83 @@ fn main() {
         Command::Speed(args) => cmd::speed::run(args, global),
         Command::Report(args) => cmd::report::run(args, global),
         Command::Exporter(args) => cmd::exporter::run(args, global),
+        Command::Completions(args) => cmd::docs::completions(args),
+        Command::Man(args) => cmd::docs::man(args),
     };
     match result {
         Ok(code) => std::process::exit(code),
         Err(err) => {
-            output::print_error(&err, global);
-            std::process::exit(2);
+            let err = CliError::from_anyhow(&err);
+            output::print_error(&err, &name, global);
+            std::process::exit(pathdoc_core::report::exit::COULD_NOT_RUN);
         }
     }
+}
+
+fn command_name(c: &Command) -> String {
+    match c {
+        Command::Check(_) => "check".into(),
+        Command::Speed(_) => "speed".into(),
+        Command::Server(_) => "server".into(),
+        Command::Lab(a) => format!("lab {}", a.subcommand_name()),
+        Command::Completions(_) => "completions".into(),
+        Command::Man(_) => "man".into(),
+        Command::Report(_) => "report".into(),
+        Command::Exporter(_) => "exporter".into(),
+    }
+}
+
+/// Help and `--version` print and exit 0 as usual. Anything else clap rejects is a usage error:
+/// one line (or the error document under `--json`), exit 2.
+fn usage_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind as K;
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    let before_dashdash = || raw.iter().take_while(|a| *a != "--");
+    let json = before_dashdash().any(|a| a == "--json");
+    match e.kind() {
+        K::DisplayHelp | K::DisplayVersion => e.exit(),
+        K::DisplayHelpOnMissingArgumentOrSubcommand if !json => e.exit(),
+        _ => {}
+    }
+    let names: Vec<String> = cli_command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    let command = before_dashdash()
+        .find(|a| names.contains(a))
+        .cloned()
+        .unwrap_or_default();
+    let global = Global {
+        json,
+        quiet: true,
+        verbose: 0,
+    };
+    let err = CliError::usage(one_line(&e, &command));
+    output::print_error(&err, &command, global);
+    std::process::exit(pathdoc_core::report::exit::COULD_NOT_RUN);
+}
+
+/// Clap's message without the usage block and tips, on one line, pointing at `--help`.
+fn one_line(e: &clap::Error, command: &str) -> String {
+    let rendered = e.render().to_string();
+    let first_paragraph: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let text = first_paragraph.join(" ");
+    let text = text.strip_prefix("error: ").unwrap_or(&text);
+    let text = if text.is_empty() {
+        "a command is required"
+    } else {
+        text
+    };
+    let help = if command.is_empty() {
+        "pathdoc --help".to_string()
+    } else {
+        format!("pathdoc {command} --help")
+    };
+    format!("{text} (see `{help}`)")
 }
 
 fn init_logging(verbose: u8, json: bool) {
@@ -93,5 +211,15 @@ fn init_logging(verbose: u8, json: bool) {
         builder.json().init();
     } else {
         builder.init();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        cli_command().debug_assert();
     }
 }

@@ -1,9 +1,42 @@
 //! Rendering reports and errors for humans (default) or as versioned JSON (`--json`).
+//!
+//! Everything the CLI prints goes through `outln!`/`out!`/`errln!`, which ignore write errors:
+//! `pathdoc … | head` closes the pipe early, and that must not turn into a panic (Rust ignores
+//! SIGPIPE, so a plain `println!` would panic on EPIPE).
+
+/// `println!` that ignores a closed stdout.
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `print!` that ignores a closed stdout.
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `eprintln!` that ignores a closed stderr.
+#[macro_export]
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
 
 use std::io::Write;
 
+use pathdoc_core::report::{CHECK_FAILED, CHECK_INTERRUPTED, CHECK_NOT_RUN};
 use pathdoc_core::{Finding, Remedy, Report, Status};
 
+use crate::error::{CliError, ERROR_SCHEMA};
 use crate::Global;
 
 /// Print a report in the selected format and return its exit code.
@@ -19,12 +52,31 @@ pub fn print_report(report: &Report, global: Global) -> i32 {
     report.exit_code()
 }
 
-/// Human rendering: one block per finding, evidence indented under it, remedies last.
+/// Human rendering: a pure function of the report, so `pathdoc report FILE.json` reproduces
+/// exactly what the run printed. `pathdoc speed`'s per-interval table first (from the intervals
+/// in `data`), then one block per finding, evidence indented under it, remedies last, then the
+/// overall line.
 pub fn render_text(report: &Report) -> String {
     let mut s = String::new();
+    if report.command == "speed" {
+        s.push_str(&crate::speed_table::render(report));
+    }
     for finding in &report.findings {
         render_finding(&mut s, finding);
         s.push('\n');
+    }
+    s.push_str(&overall_line(report));
+    s
+}
+
+/// The last line: what the run as a whole amounts to, in the same terms as the exit code.
+fn overall_line(report: &Report) -> String {
+    let target = &report.target;
+    if report.interrupted {
+        return format!("Overall: INTERRUPTED — partial results — {target}\n");
+    }
+    if report.could_not_run() {
+        return format!("Overall: COULD NOT RUN (see the reasons above) — {target}\n");
     }
     let overall = report.overall();
     let verdict = match overall {
@@ -33,11 +85,17 @@ pub fn render_text(report: &Report) -> String {
         Status::Fail => "problem found",
         Status::Inconclusive => "not decided: see the reasons above",
     };
-    s.push_str(&format!(
-        "Overall: {} ({verdict}) — {}\n",
-        overall, report.target
-    ));
-    s
+    let failed: Vec<&str> = report
+        .findings
+        .iter()
+        .filter(|f| f.id == CHECK_FAILED)
+        .map(|f| f.check.as_str())
+        .collect();
+    let also = match failed.as_slice() {
+        [] => String::new(),
+        checks => format!("; could not run: {}", checks.join(", ")),
+    };
+    format!("Overall: {overall} ({verdict}{also}) — {target}\n")
 }
 
 /// A short rendering for the lab demo: one line per finding; problems also get their first
@@ -66,12 +124,14 @@ pub fn render_compact(report: &Report) -> Vec<String> {
 }
 
 fn render_finding(s: &mut String, f: &Finding) {
-    s.push_str(&format!(
-        "[{:<5}] {}: {}\n",
-        f.status.label(),
-        f.check,
-        f.title
-    ));
+    // The runner's own findings say what happened to a check, not a verdict on the path.
+    let label = match f.id.as_str() {
+        CHECK_FAILED => "NOT RUN",
+        CHECK_INTERRUPTED => "STOPPED",
+        CHECK_NOT_RUN => "SKIPPED",
+        _ => f.status.label(),
+    };
+    s.push_str(&format!("[{label:<5}] {}: {}\n", f.check, f.title));
     if !f.summary.is_empty() {
         for line in wrap(&f.summary, 90) {
             s.push_str(&format!("        {line}\n"));
@@ -139,15 +199,76 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
     lines
 }
 
-/// Errors go to stderr, as text or as a JSON object with the same schema tag.
-pub fn print_error(err: &anyhow::Error, global: Global) {
+/// An error that kept the command from running: text on stderr (one line, and a hint line when
+/// there is a way out), or the `pathdoc.error/1` document on stdout under `--json`.
+pub fn print_error(err: &CliError, command: &str, global: Global) {
     if global.json {
-        let doc = serde_json::json!({
-            "schema": pathdoc_core::report::SCHEMA_VERSION,
-            "error": format!("{err:#}"),
-        });
-        println!("{doc}");
+        let doc = error_document(err, command);
+        let mut out = std::io::stdout().lock();
+        let _ = serde_json::to_writer_pretty(&mut out, &doc);
+        let _ = writeln!(out);
     } else {
-        eprintln!("pathdoc: error: {err:#}");
+        errln!("pathdoc: error: {}", err.message);
+        if let Some(hint) = &err.hint {
+            errln!("pathdoc: hint: {hint}");
+        }
+    }
+}
+
+/// The error document (docs/output.md), fields in this order.
+#[derive(serde::Serialize)]
+pub struct ErrorDocument<'a> {
+    pub schema: &'static str,
+    pub pathdoc_version: &'static str,
+    /// The subcommand (`check`, `lab up`, …), `null` when none could be told.
+    pub command: Option<&'a str>,
+    pub error: &'a CliError,
+    pub exit_code: i32,
+}
+
+pub fn error_document<'a>(err: &'a CliError, command: &'a str) -> ErrorDocument<'a> {
+    ErrorDocument {
+        schema: ERROR_SCHEMA,
+        pathdoc_version: env!("CARGO_PKG_VERSION"),
+        command: (!command.is_empty()).then_some(command),
+        error: err,
+        exit_code: pathdoc_core::report::exit::COULD_NOT_RUN,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overall_lines_match_the_exit_codes() {
+        let mut r = Report::new("check", "192.0.2.1:7224");
+        r.findings.push(
+            Finding::new(
+                "mtu",
+                CHECK_FAILED,
+                Status::Inconclusive,
+                "the mtu check could not run",
+            )
+            .summary("refused"),
+        );
+        let text = render_text(&r);
+        assert!(text.contains("Overall: COULD NOT RUN"), "{text}");
+        assert!(text.contains("[NOT RUN] mtu"), "{text}");
+        r.findings.push(Finding::new(
+            "idle",
+            "udp-binding-timeout",
+            Status::Info,
+            "x",
+        ));
+        let text = render_text(&r);
+        assert!(
+            text.contains(
+                "Overall: INCONCLUSIVE (not decided: see the reasons above; could not run: mtu)"
+            ),
+            "{text}"
+        );
+        r.interrupted = true;
+        assert!(render_text(&r).contains("Overall: INTERRUPTED — partial results"));
     }
 }

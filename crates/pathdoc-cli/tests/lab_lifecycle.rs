@@ -211,7 +211,11 @@ fn cli_list_and_bad_input() {
         ]
     );
     let (_, out, _) = pathdoc(&["lab", "list"]);
-    assert!(out.contains("seed 003"), "{out}");
+    // The story in words, not an internal reference number.
+    assert!(
+        out.contains("Deutsche Telekom") && !out.contains("seed"),
+        "{out}"
+    );
 
     let (code, _, err) = pathdoc(&["lab", "up", "--scenario", "nope", "--prefix", "pdt-bad-"]);
     assert_eq!(code, 2);

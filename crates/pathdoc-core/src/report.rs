@@ -331,6 +331,32 @@ pub struct Report {
     /// Per-check raw measurements (samples, probe tables), keyed by check name.
     #[serde(default)]
     pub data: serde_json::Map<String, serde_json::Value>,
+    /// The user stopped the run (Ctrl-C, SIGTERM): the findings are what was measured until
+    /// then, and checks that never started are listed as [`CHECK_NOT_RUN`] findings.
+    #[serde(default)]
+    pub interrupted: bool,
+}
+
+/// Finding id of a check that could not run (server refused, lost, bad answer); its summary
+/// says why. A report whose findings are all of this kind means "could not run" (exit 2).
+pub const CHECK_FAILED: &str = "check-failed";
+/// Finding id of a check the user interrupted before it had measured anything.
+pub const CHECK_INTERRUPTED: &str = "check-interrupted";
+/// Finding id of a check that never started because the run was interrupted first.
+pub const CHECK_NOT_RUN: &str = "check-not-run";
+
+/// Exit codes scripts can rely on (docs/output.md).
+pub mod exit {
+    /// Ran, no problem found.
+    pub const OK: i32 = 0;
+    /// Ran, a problem was found (a FAIL or WARN finding).
+    pub const PROBLEM: i32 = 1;
+    /// Could not run: usage, unreachable or foreign server, refusal, missing privilege or tool.
+    pub const COULD_NOT_RUN: i32 = 2;
+    /// Ran, but could not decide.
+    pub const INCONCLUSIVE: i32 = 3;
+    /// Interrupted by the user (128 + SIGINT), partial results.
+    pub const INTERRUPTED: i32 = 130;
 }
 
 impl Report {
@@ -342,7 +368,15 @@ impl Report {
             target: target.into(),
             findings: Vec::new(),
             data: serde_json::Map::new(),
+            interrupted: false,
         }
+    }
+
+    /// Every finding says its check could not run (and there is at least one).
+    pub fn could_not_run(&self) -> bool {
+        !self.interrupted
+            && !self.findings.is_empty()
+            && self.findings.iter().all(|f| f.id == CHECK_FAILED)
     }
 
     /// The worst status among the findings (`Pass` when there are none).
@@ -354,13 +388,19 @@ impl Report {
             .unwrap_or(Status::Pass)
     }
 
-    /// Process exit code for scripts: 0 healthy, 1 a fault was found, 3 inconclusive only.
-    /// (2 is reserved for "could not run": usage errors, unreachable server, missing privilege.)
+    /// Process exit code for scripts ([`exit`]): 130 interrupted, 2 no check could run, else by
+    /// the worst finding: 0 healthy, 1 a fault was found, 3 inconclusive only.
     pub fn exit_code(&self) -> i32 {
+        if self.interrupted {
+            return exit::INTERRUPTED;
+        }
+        if self.could_not_run() {
+            return exit::COULD_NOT_RUN;
+        }
         match self.overall() {
-            Status::Pass | Status::Info => 0,
-            Status::Fail | Status::Warn => 1,
-            Status::Inconclusive => 3,
+            Status::Pass | Status::Info => exit::OK,
+            Status::Fail | Status::Warn => exit::PROBLEM,
+            Status::Inconclusive => exit::INCONCLUSIVE,
         }
     }
 }
@@ -379,6 +419,24 @@ mod tests {
         r.findings.push(Finding::new("mtu", "b", Status::Fail, "y"));
         assert_eq!(r.overall(), Status::Fail);
         assert_eq!(r.exit_code(), 1);
+    }
+
+    #[test]
+    fn could_not_run_and_interrupted_have_their_own_codes() {
+        let mut r = Report::new("check", "lab");
+        r.findings
+            .push(Finding::new("mtu", CHECK_FAILED, Status::Inconclusive, "x"));
+        assert_eq!(r.exit_code(), exit::COULD_NOT_RUN);
+        r.findings
+            .push(Finding::new("idle", "udp", Status::Inconclusive, "y"));
+        assert_eq!(r.exit_code(), exit::INCONCLUSIVE);
+        r.interrupted = true;
+        assert_eq!(r.exit_code(), exit::INTERRUPTED);
+        // Reports saved before the flag existed read back as not interrupted.
+        let mut json = serde_json::to_value(&r).unwrap();
+        json.as_object_mut().unwrap().remove("interrupted");
+        let back: Report = serde_json::from_value(json).unwrap();
+        assert!(!back.interrupted);
     }
 
     #[test]

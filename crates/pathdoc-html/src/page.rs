@@ -28,7 +28,6 @@ pub fn esc(text: &str) -> String {
 
 /// The whole page.
 pub fn page(report: &Report, figures: &[Figure], path: &PathInfo) -> String {
-    let overall = report.overall();
     let mut s = String::with_capacity(64 * 1024);
     let _ = write!(
         s,
@@ -39,7 +38,7 @@ pub fn page(report: &Report, figures: &[Figure], path: &PathInfo) -> String {
         esc(&report.pathdoc_version),
         esc(&report.command),
         esc(&report.target),
-        overall.label()
+        overall_line(report).0.to_uppercase()
     );
     // Overview first (verdicts, path, pictures), then each finding's evidence and fixes.
     header(&mut s, report);
@@ -80,8 +79,33 @@ pub fn overall_words(status: Status) -> &'static str {
     }
 }
 
-fn header(s: &mut String, report: &Report) {
+/// The overall line: like the text output's last line, interrupted and could-not-run runs say so
+/// instead of a status.
+fn overall_line(report: &Report) -> (&'static str, String, &'static str) {
+    if report.interrupted {
+        return (
+            "interrupted",
+            "<span class=\"badge inconclusive\">INTERRUPTED</span>".into(),
+            "partial results: the run was stopped before it finished",
+        );
+    }
+    if report.could_not_run() {
+        return (
+            "could-not-run",
+            "<span class=\"badge inconclusive\">COULD NOT RUN</span>".into(),
+            "no check could run; the findings say why",
+        );
+    }
     let overall = report.overall();
+    (
+        status_class(overall),
+        badge(overall),
+        overall_words(overall),
+    )
+}
+
+fn header(s: &mut String, report: &Report) {
+    let (class, badge_html, words) = overall_line(report);
     let _ = write!(
         s,
         "<header>\n<h1>pathdoc {} <span class=\"target\">{}</span></h1>\n\
@@ -89,9 +113,9 @@ fn header(s: &mut String, report: &Report) {
          <p class=\"meta\">pathdoc {} · schema {} · {} finding{}</p>\n</header>\n",
         esc(&report.command),
         esc(&report.target),
-        status_class(overall),
-        badge(overall),
-        overall_words(overall),
+        class,
+        badge_html,
+        words,
         esc(&report.pathdoc_version),
         esc(&report.schema),
         report.findings.len(),

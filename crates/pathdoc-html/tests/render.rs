@@ -244,3 +244,21 @@ fn throughput_draws_each_stream_and_the_steady_state() {
         figs[0].caption
     );
 }
+
+#[test]
+fn interrupted_and_could_not_run_runs_say_so() {
+    let mut r = Report::new("check", "192.0.2.1:7224");
+    r.findings
+        .push(Finding::new("mtu", "path-mtu", Status::Pass, "fine"));
+    r.interrupted = true;
+    let html = render(&r);
+    assert!(html.contains("data-status=\"interrupted\"") && html.contains("partial results"));
+    let mut r = Report::new("check", "192.0.2.1:7224");
+    r.findings.push(Finding::new(
+        "mtu",
+        pathdoc_core::report::CHECK_FAILED,
+        Status::Inconclusive,
+        "the mtu check could not run",
+    ));
+    assert!(render(&r).contains("data-status=\"could-not-run\""));
+}

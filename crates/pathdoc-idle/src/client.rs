@@ -76,6 +76,17 @@ impl IdleConfig {
         }
     }
 
+    /// The settings' own consistency, checked before any network work.
+    pub fn validate(&self) -> Result<(), IdleError> {
+        if self.resolution < Duration::from_millis(200) || self.horizon < self.resolution * 2 {
+            return Err(IdleError::Config(format!(
+                "need resolution ≥ 200 ms and horizon ≥ 2 × resolution (got {:?} and {:?})",
+                self.resolution, self.horizon
+            )));
+        }
+        Ok(())
+    }
+
     /// Heartbeat period: fast enough to notice an outage within the resolution, never slower
     /// than 15 s.
     pub fn heartbeat(&self) -> Duration {
@@ -562,12 +573,7 @@ pub async fn run(
     progress: &dyn Progress,
     _cancel: &CancellationToken,
 ) -> Result<IdleResult, IdleError> {
-    if cfg.resolution < Duration::from_millis(200) || cfg.horizon < cfg.resolution * 2 {
-        return Err(IdleError::Config(format!(
-            "need resolution ≥ 200 ms and horizon ≥ 2 × resolution (got {:?} and {:?})",
-            cfg.resolution, cfg.horizon
-        )));
-    }
+    cfg.validate()?;
     let start = Instant::now();
     let hb = cfg.heartbeat();
     let channel = Channel::Control {

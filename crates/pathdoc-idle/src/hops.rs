@@ -35,12 +35,7 @@ impl PathHops {
 }
 
 fn open(server: SocketAddr, ttl: u8) -> std::io::Result<UdpSocket> {
-    let bind: SocketAddr = if server.is_ipv4() {
-        "0.0.0.0:0".parse().expect("literal")
-    } else {
-        "[::]:0".parse().expect("literal")
-    };
-    let sock = UdpSocket::bind(bind)?;
+    let sock = UdpSocket::bind(pathdoc_sys::source::udp_bind_addr(&server))?;
     sock.connect(server)?;
     pathdoc_sys::pmtu::make_probe_socket(&sock)?;
     pathdoc_sys::pmtu::set_ttl(&sock, ttl)?;

@@ -90,11 +90,7 @@ async fn open_binding(
     start: Instant,
     tx: mpsc::UnboundedSender<Ev>,
 ) -> Option<Arc<UdpSocket>> {
-    let bind = if server.is_ipv4() {
-        "0.0.0.0:0"
-    } else {
-        "[::]:0"
-    };
+    let bind = pathdoc_sys::source::udp_bind_addr(&server);
     let sock = match UdpSocket::bind(bind).await {
         Ok(s) => s,
         Err(_) => {

@@ -550,8 +550,9 @@ impl Lab {
             }
         }
         Err(LabError::Measurement(format!(
-            "lab built, but client cannot ping the server at {server} (5 tries); see `pathdoc lab status {}`",
-            self.name()
+            "lab built, but client cannot ping the server at {server} (5 tries); see `pathdoc lab status {} --prefix {}`",
+            self.name(),
+            self.state().prefix
         )))
     }
 

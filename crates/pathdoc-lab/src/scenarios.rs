@@ -34,7 +34,7 @@ delay_ms = 2.5
     ScenarioInfo {
         name: "modem-idle",
         summary: "strict NAT that forgets idle TCP connections after 60 s (a scaled-down 2 hours)",
-        seed: "seed 000: ISP cable modem/CGNAT kills idle SSH sessions; keepalives after ~2 h never arrive",
+        seed: "an ISP's cable modem/CGNAT dropped idle SSH sessions; keepalives sent after ~2 h never arrived",
         toml: r#"
 description = "strict NAT: idle TCP state expires after 60 s and is never rebuilt from mid-stream packets"
 [[hop]]
@@ -46,7 +46,7 @@ conntrack = { tcp_established = 60, udp = 30 }
     ScenarioInfo {
         name: "cgnat-chain",
         summary: "home NAT (600 s) behind a carrier-grade NAT (30 s established, 20 s UDP)",
-        seed: "seed 000: the laptop got a 100.64.0.0/10 address; the carrier NAT, not the home router, times out first",
+        seed: "an ISP's CGNAT (the laptop had a 100.64.0.0/10 address), not the home router, forgot idle connections first",
         toml: r#"
 description = "home NAT behind a carrier-grade NAT with a shorter established timeout"
 [[hop]]
@@ -60,7 +60,7 @@ conntrack = { tcp_established = 30, udp = 20, udp_stream = 30 }
     ScenarioInfo {
         name: "pmtu-blackhole",
         summary: "1420-byte MTU towards the client, server drops ICMP frag-needed: big downloads stall",
-        seed: "seed 003: Telekom customers got ~100 KB/s from a server whose firewall ate ICMP 'fragmentation needed'",
+        seed: "Deutsche Telekom customers downloaded at ~100 KB/s from a server whose firewall dropped ICMP 'fragmentation needed'",
         toml: r#"
 description = "1420-byte MTU on the access link towards the client; the server's firewall drops ICMP frag-needed"
 [[hop]]
@@ -108,7 +108,7 @@ delay_ms = 50.0
     ScenarioInfo {
         name: "slow-lossy-duplex",
         summary: "100 Mbit/s, 1 ms RTT, 4 % loss in 2-packet bursts towards the server only: uploads crawl",
-        seed: "seed 001: duplex mismatch; 94 Mbit/s one way, 29 Mbit/s towards the affected server",
+        seed: "a duplex mismatch broke backups: 94 Mbit/s one way, 29 Mbit/s towards the affected server",
         toml: r#"
 description = "100 Mbit/s, 1 ms RTT, loss bursts in the client-to-server direction only (duplex mismatch)"
 [[hop]]

@@ -3,7 +3,7 @@
 //! tallies to [`crate::analysis`] and [`crate::verdict`].
 
 use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -38,6 +38,29 @@ pub struct MtuOptions {
     /// Skip the MSS handshake comparison.
     pub skip_mss: bool,
     pub connect_timeout: Duration,
+}
+
+impl MtuOptions {
+    /// The limits the server enforces, checked before any network work.
+    pub fn validate(&self) -> Result<(), MtuError> {
+        if self.min_size < MIN_PROBE_SIZE
+            || self.max_size > MAX_PROBE_SIZE
+            || self.min_size > self.max_size
+        {
+            return Err(MtuError::Options(format!(
+                "probe sizes must satisfy {MIN_PROBE_SIZE} ≤ min ≤ max ≤ {MAX_PROBE_SIZE}"
+            )));
+        }
+        if self.attempts == 0
+            || self.attempts > MAX_ATTEMPTS
+            || self.wait.as_millis() > u128::from(MAX_WAIT_MS)
+        {
+            return Err(MtuError::Options(format!(
+                "attempts must be 1..={MAX_ATTEMPTS} and the wait at most {MAX_WAIT_MS} ms"
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl Default for MtuOptions {
@@ -92,10 +115,7 @@ async fn ask(conn: &mut FramedConn, req: &Request) -> Result<Reply, MtuError> {
 }
 
 fn unspecified_like(addr: &SocketAddr) -> SocketAddr {
-    match addr {
-        SocketAddr::V4(_) => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
-        SocketAddr::V6(_) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
-    }
+    pathdoc_sys::source::udp_bind_addr(addr)
 }
 
 /// Ids of server→client probes that arrived on the client's receive socket.
@@ -166,22 +186,7 @@ pub async fn run_check(
     progress: &dyn Progress,
     _cancel: &CancellationToken,
 ) -> Result<MtuResult, MtuError> {
-    if opts.min_size < MIN_PROBE_SIZE
-        || opts.max_size > MAX_PROBE_SIZE
-        || opts.min_size > opts.max_size
-    {
-        return Err(MtuError::Options(format!(
-            "probe sizes must satisfy {MIN_PROBE_SIZE} ≤ min ≤ max ≤ {MAX_PROBE_SIZE}"
-        )));
-    }
-    if opts.attempts == 0
-        || opts.attempts > MAX_ATTEMPTS
-        || opts.wait.as_millis() > u128::from(MAX_WAIT_MS)
-    {
-        return Err(MtuError::Options(format!(
-            "attempts must be 1..={MAX_ATTEMPTS} and the wait at most {MAX_WAIT_MS} ms"
-        )));
-    }
+    opts.validate()?;
     progress.status("mtu: connecting");
     // The control connection must cross the very black hole it diagnoses: a small MSS in our SYN
     // keeps the server's replies in small segments (RFC 879's 536 fits any IPv4 or IPv6 path).
@@ -568,7 +573,7 @@ async fn mss_check(
         return Err(MtuError::Unexpected("expected mss-listening".into()));
     };
     let addr = SocketAddr::new(server.ip(), port);
-    let stream = tokio::time::timeout(Duration::from_secs(3), tokio::net::TcpStream::connect(addr))
+    let stream = tokio::time::timeout(Duration::from_secs(3), pathdoc_proto::tcp_connect(addr))
         .await
         .map_err(|_| MtuError::Server(format!("connect to the MSS listener {addr} timed out")))??;
     let info = pathdoc_sys::tcp_info::tcp_info(&stream)?;
@@ -615,6 +620,7 @@ async fn connect_with_mss(
         if let Some(m) = mss {
             s.set_mss(m)?;
         }
+        pathdoc_sys::source::bind_tcp(&s, &server)?;
         s.connect_timeout(&server.into(), timeout)?;
         s.set_nonblocking(true)?;
         Ok(s.into())

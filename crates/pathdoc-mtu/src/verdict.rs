@@ -137,7 +137,7 @@ fn icmp_remedies(dir: Direction, mtu: u16, data: &MtuData) -> Vec<Remedy> {
         );
     }
     r.push(
-        Remedy::new(format!("If ICMP does arrive and the {who} still sends full-size frames, check its NIC segmentation offload (seed 003: an emulated rtl8139 ignored the MTU in TSO)"))
+        Remedy::new(format!("If ICMP does arrive and the {who} still sends full-size frames, check its NIC segmentation offload (seen in the wild: an emulated rtl8139 NIC ignored the MTU in TSO)"))
             .with_command("ethtool -k IFACE | grep segmentation-offload   # then: ethtool -K IFACE tso off gso off"),
     );
     r

@@ -11,6 +11,8 @@
 //! data for throughput tests flows on separate data connections outside the framing.
 
 pub mod frame;
+pub mod preflight;
+pub mod target;
 pub mod udp;
 
 use serde::{Deserialize, Serialize};
@@ -71,6 +73,11 @@ pub enum Channel {
     /// A data or probe connection of an existing session; `tag` is the check's own label
     /// (probe number, stream number).
     Data { session: SessionId, tag: u32 },
+    /// A reachability and credentials check (the client's preflight before its checks): the
+    /// server answers with a [`Welcome`] carrying session id 0, or a [`Refusal`], and closes.
+    /// No session is created. Servers older than this variant refuse it as a malformed hello,
+    /// which still proves they speak pathdoc at the same protocol version.
+    Ping,
 }
 
 /// First frame from the client.
@@ -108,6 +115,21 @@ pub enum RefusalCode {
     BadRequest,
 }
 
+impl fmt::Display for RefusalCode {
+    /// In words, for messages: never the Rust name.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RefusalCode::VersionMismatch => "protocol version mismatch",
+            RefusalCode::AuthRequired => "authentication required",
+            RefusalCode::AuthFailed => "authentication failed",
+            RefusalCode::LimitExceeded => "limit reached",
+            RefusalCode::UnknownSession => "unknown session",
+            RefusalCode::UnsupportedCheck => "check not offered",
+            RefusalCode::BadRequest => "bad request",
+        })
+    }
+}
+
 /// The server's refusal, sent before it closes the connection.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refusal {
@@ -140,7 +162,7 @@ pub enum ProtoError {
     Closed,
     #[error("timed out after {0:?} waiting for {1}")]
     Timeout(std::time::Duration, &'static str),
-    #[error("server refused: {} ({:?})", .0.message, .0.code)]
+    #[error("server refused: {} ({})", .0.message, .0.code)]
     Refused(Refusal),
 }
 
@@ -173,10 +195,22 @@ pub async fn connect(
     channel: Channel,
     deadline: std::time::Duration,
 ) -> Result<(FramedConn, Welcome), ProtoError> {
-    let stream = tokio::time::timeout(deadline, tokio::net::TcpStream::connect(server))
+    let stream = tokio::time::timeout(deadline, tcp_connect(server))
         .await
         .map_err(|_| ProtoError::Timeout(deadline, "TCP connect"))??;
     handshake(stream, token, channel, deadline).await
+}
+
+/// TCP connect to `server` from the client's source address (`--bind`, see
+/// [`pathdoc_sys::source`]) when one is set. Every client connection goes through here.
+pub async fn tcp_connect(server: SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+    let socket = if server.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    pathdoc_sys::source::bind_tcp(&socket, &server)?;
+    socket.connect(server).await
 }
 
 /// Run the client side of the handshake on an already connected stream (for callers that need

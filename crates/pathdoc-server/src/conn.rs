@@ -103,6 +103,11 @@ pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketA
     }
 
     match hello.channel {
+        // A client's preflight: reachable, same version, right token. No session, no task.
+        Channel::Ping => {
+            tracing::debug!(%peer, "ping");
+            let _ = welcome(&mut conn, pathdoc_proto::SessionId(0), peer).await;
+        }
         Channel::Control { check, resume } => {
             let Some(service) = shared.service(check) else {
                 return refuse(

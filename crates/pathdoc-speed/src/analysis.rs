@@ -147,6 +147,21 @@ pub struct Interval {
     /// Process CPU of the sending and receiving end in this interval, in cores.
     pub sender_cpu_cores: Option<f64>,
     pub receiver_cpu_cores: Option<f64>,
+    /// Each stream's share of the interval, when the direction has more than one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<StreamInterval>,
+}
+
+/// One stream's figures in one interval (sender side, like the direction's totals).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamInterval {
+    /// Stream number within its direction, from 0.
+    pub stream: u32,
+    /// Payload bytes acknowledged in this interval, as bit/s.
+    pub goodput_bps: f64,
+    pub retransmits: u64,
+    pub cwnd_bytes: u64,
+    pub rtt_us: u32,
 }
 
 /// Totals of one direction's sending sockets (deltas over the test, summed over streams).

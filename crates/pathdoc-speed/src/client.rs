@@ -13,7 +13,9 @@ use pathdoc_proto::{read_frame, write_frame, Channel, CheckKind, ProtoError};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use crate::analysis::{wire_estimate, DirectionResult, Interval, SenderTotals, Side};
+use crate::analysis::{
+    wire_estimate, DirectionResult, Interval, SenderTotals, Side, StreamInterval,
+};
 use crate::service::side_sample;
 use crate::spec::{
     parse_tag, stream_tag, ClientMsg, Direction, HostTcpSettings, Mode, ServerMsg, SideSample,
@@ -92,6 +94,7 @@ async fn open_data(
     } else {
         tokio::net::TcpSocket::new_v6()?
     };
+    pathdoc_sys::source::bind_tcp(&socket, &server)?;
     if let Some(w) = opts.window {
         // Before connect, so the window scale in our SYN matches the buffer.
         socket.set_recv_buffer_size(w)?;
@@ -399,6 +402,27 @@ fn streams_of(s: &SideSample, d: Direction) -> impl Iterator<Item = &StreamSampl
     s.streams.iter().filter(move |x| parse_tag(x.tag).0 == d)
 }
 
+/// Each stream's share of the interval from sample `a` to `b` (only with two or more streams).
+fn per_stream(a: &SideSample, b: &SideSample, d: Direction, dt: f64) -> Vec<StreamInterval> {
+    if streams_of(b, d).count() < 2 {
+        return Vec::new();
+    }
+    streams_of(b, d)
+        .filter_map(|sb| {
+            let sa = streams_of(a, d).find(|x| x.tag == sb.tag)?;
+            Some(StreamInterval {
+                stream: parse_tag(sb.tag).1,
+                goodput_bps: sb.info.bytes_acked.saturating_sub(sa.info.bytes_acked) as f64 * 8.0
+                    / dt,
+                retransmits: u64::from(sb.info.total_retrans)
+                    .saturating_sub(u64::from(sa.info.total_retrans)),
+                cwnd_bytes: sb.info.cwnd_bytes(),
+                rtt_us: sb.info.rtt,
+            })
+        })
+        .collect()
+}
+
 fn sum(s: &SideSample, d: Direction, f: impl Fn(&StreamSample) -> u64) -> u64 {
     streams_of(s, d).map(f).sum()
 }
@@ -558,6 +582,7 @@ fn direction_result(
             sndbuf_limited: frac(dsum(|x| x.info.sndbuf_limited)),
             sender_cpu_cores: cpu(senders),
             receiver_cpu_cores: cpu(receivers),
+            streams: per_stream(a, b, d, dt),
         });
     }
     let rtts: Vec<u32> = intervals

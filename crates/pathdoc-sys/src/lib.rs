@@ -3,4 +3,5 @@ pub mod cpu_usage;
 pub mod netns;
 pub mod pmtu;
 pub mod saved_syn;
+pub mod source;
 pub mod tcp_info;

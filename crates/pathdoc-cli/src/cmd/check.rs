@@ -1,45 +1,37 @@
 //! `pathdoc check HOST`: run the selected checks against a `pathdoc server` and print one report.
 //!
-//! With no selection every check runs, the idle-timeout check last because it is long.
-//! Each check lives in its own module (check_*.rs) and adds its findings to the report.
+//! Flow: validate every option (usage errors, exit 2, before any network work) → find the server
+//! once (preflight: every address, a hint when nothing answers) → run the checks in order, short
+//! ones first (mtu, throughput, idle) → print the report. Ctrl-C/SIGTERM stops the running check,
+//! which returns what it measured; the report is marked interrupted and exits 130.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::cell::Cell;
+use std::net::SocketAddr;
 
 use anyhow::Context;
 use clap::Args;
 use pathdoc_core::Report;
+use pathdoc_idle::IdleConfig;
+use pathdoc_mtu::MtuOptions;
 use tokio_util::sync::CancellationToken;
 
+use super::check_speed::ThroughputPlan;
+pub use super::client::ServerTarget;
+use super::client::{self, TargetPlan};
+use crate::error::CliError;
 use crate::progress::TerminalProgress;
-use crate::{output, Global};
+use crate::{interrupt, output, Global};
 
-/// Connection options shared by every client command.
-#[derive(Args, Debug, Clone)]
-pub struct ServerTarget {
-    /// The pathdoc server: HOST or HOST:PORT (IPv6: [ADDR]:PORT).
-    pub host: String,
-    /// Server port, when HOST has none.
-    #[arg(long, default_value_t = pathdoc_proto::DEFAULT_PORT)]
-    pub port: u16,
-    /// Shared secret, if the server requires one.
-    #[arg(long, env = "PATHDOC_AUTH_TOKEN", hide_env_values = true)]
-    pub auth_token: Option<String>,
-}
+pub const EXAMPLES: &str = "Examples:
+  pathdoc check server.example.net           # all checks; the idle check takes up to 2 h 10 min
+  pathdoc check server.example.net --mtu     # one check (also --throughput, --idle)
+  pathdoc check localhost:7224 --throughput  # a host name with a port
+  pathdoc check [2001:db8::10]:7224 -6       # IPv6
+  pathdoc check 203.0.113.10 --json          # versioned JSON for scripts (docs/output.md)
+  pathdoc check server.example.net --report path.html   # also a self-contained HTML report
 
-impl ServerTarget {
-    /// Resolve HOST[:PORT] to one address (the first the resolver returns).
-    pub fn resolve(&self) -> anyhow::Result<SocketAddr> {
-        if let Ok(addr) = self.host.parse::<SocketAddr>() {
-            return Ok(addr);
-        }
-        let host = self.host.trim_start_matches('[').trim_end_matches(']');
-        (host, self.port)
-            .to_socket_addrs()
-            .with_context(|| format!("cannot resolve {:?}", self.host))?
-            .next()
-            .with_context(|| format!("{:?} resolves to no address", self.host))
-    }
-}
+Exit codes: 0 no problem, 1 problem found, 2 could not run, 3 inconclusive, 130 interrupted.
+Ctrl-C stops the checks and prints what was measured so far.";
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
@@ -73,67 +65,137 @@ pub struct CheckContext<'a> {
     pub cancel: CancellationToken,
 }
 
-pub fn run(args: CheckArgs, global: Global) -> anyhow::Result<i32> {
-    let server = args.target.resolve()?;
-    let html = args.html.prepare()?;
-    let all = !(args.mtu || args.throughput || args.idle);
-    let progress = TerminalProgress::new(global);
-    let ctx = CheckContext {
-        server,
-        auth_token: args.target.auth_token.clone(),
-        progress: &progress,
-        cancel: CancellationToken::new(),
-    };
-    let mut report = Report::new("check", server.to_string());
-    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let (ran, could_not) = runtime.block_on(async {
-        let mut ran = 0;
-        let mut could_not = 0;
-        let mut record = |report: &mut Report, check: &str, result: anyhow::Result<()>| {
-            ran += 1;
-            if could_not_run(report, check, result) {
-                could_not += 1;
-            }
-        };
+/// One check of the run, with its validated options.
+enum Step {
+    Mtu(MtuOptions),
+    Throughput(ThroughputPlan),
+    Idle(IdleConfig),
+}
+
+impl Step {
+    fn name(&self) -> &'static str {
+        match self {
+            Step::Mtu(_) => "mtu",
+            Step::Throughput(_) => pathdoc_speed::CHECK,
+            Step::Idle(_) => "idle",
+        }
+    }
+}
+
+/// Everything the run needs, checked before any network work.
+struct Plan {
+    target: TargetPlan,
+    steps: Vec<Step>,
+}
+
+impl CheckArgs {
+    fn plan(&self) -> Result<Plan, CliError> {
+        let target = self.target.plan()?;
+        let all = !(self.mtu || self.throughput || self.idle);
+        // Every option is validated, also those of checks not selected: a typo is a typo.
+        let mtu = self.mtu_opts.options()?;
+        let throughput = self.throughput_opts.plan()?;
+        let idle = self.idle_opts.config()?;
+        let mut steps = Vec::new();
         // Short checks first; the idle check can take hours.
-        if all || args.mtu {
-            let r = super::check_mtu::run(&ctx, &args.mtu_opts, &mut report).await;
-            record(&mut report, "mtu", r);
+        if all || self.mtu {
+            steps.push(Step::Mtu(mtu));
         }
-        if all || args.throughput {
-            let r = super::check_speed::run(&ctx, &args.throughput_opts, &mut report).await;
-            record(&mut report, "throughput", r);
+        if all || self.throughput {
+            steps.push(Step::Throughput(throughput));
         }
-        if all || args.idle {
-            let r = super::check_idle::run(&ctx, &args.idle_opts, &mut report).await;
-            record(&mut report, "idle", r);
+        if all || self.idle {
+            steps.push(Step::Idle(idle));
         }
-        (ran, could_not)
-    });
+        Ok(Plan { target, steps })
+    }
+}
+
+pub fn run(args: CheckArgs, global: Global) -> anyhow::Result<i32> {
+    let plan = args.plan()?;
+    let html = args.html.prepare()?;
+    let progress = TerminalProgress::new(global);
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let report = runtime.block_on(run_plan(&args, &plan, &progress, global))?;
     progress.finish();
     let code = output::print_report(&report, global);
     if let Some(html) = html {
         html.write(&report)?;
     }
-    // Nothing could run at all (server unreachable, not a pathdoc server, refused): that is
-    // "could not run" for scripts, not an inconclusive diagnosis.
-    Ok(if ran > 0 && could_not == ran { 2 } else { code })
+    Ok(code)
 }
 
-/// A check that could not run is reported as inconclusive with the reason, so the other
-/// checks' verdicts still reach the user. Returns whether the check failed to run.
-fn could_not_run(report: &mut Report, check: &str, result: anyhow::Result<()>) -> bool {
-    let failed = result.is_err();
-    if let Err(e) = result {
-        report.findings.push(
-            pathdoc_core::Finding::new(
-                check,
-                "check-failed",
-                pathdoc_core::Status::Inconclusive,
-                format!("the {check} check could not run"),
-            )
-            .summary(format!("{e:#}")),
-        );
+async fn run_plan(
+    args: &CheckArgs,
+    plan: &Plan,
+    progress: &TerminalProgress,
+    global: Global,
+) -> anyhow::Result<Report> {
+    let cancel = interrupt::install(global.quiet).context("installing the Ctrl-C handler")?;
+    let reached = client::reach(&args.target, &plan.target, progress, &cancel).await?;
+    let mut report = Report::new(
+        "check",
+        client::target_label(&plan.target, reached.as_ref()),
+    );
+    let Some(reached) = reached else {
+        report.interrupted = true;
+        for step in &plan.steps {
+            client::not_run(
+                &mut report,
+                step.name(),
+                &format!("the {} check", step.name()),
+            );
+        }
+        return Ok(report);
+    };
+    let ctx = CheckContext {
+        server: reached.addr,
+        auth_token: args.target.auth_token.clone(),
+        progress,
+        cancel: cancel.clone(),
+    };
+    // How far the run got, for the report when the checks do not stop in time.
+    let started = Cell::new(0usize);
+    let finished = Cell::new(0usize);
+    let done = client::until_stopped(
+        run_steps(&ctx, &plan.steps, &mut report, &started, &finished),
+        &cancel,
+    )
+    .await;
+    if cancel.is_cancelled() {
+        report.interrupted = true;
+        if done.is_none() && finished.get() < started.get() {
+            client::abandoned(&mut report, plan.steps[started.get() - 1].name());
+        }
+        for step in &plan.steps[started.get()..] {
+            client::not_run(
+                &mut report,
+                step.name(),
+                &format!("the {} check", step.name()),
+            );
+        }
     }
-    failed
+    Ok(report)
+}
+
+async fn run_steps(
+    ctx: &CheckContext<'_>,
+    steps: &[Step],
+    report: &mut Report,
+    started: &Cell<usize>,
+    finished: &Cell<usize>,
+) {
+    for (i, step) in steps.iter().enumerate() {
+        if ctx.cancel.is_cancelled() {
+            return;
+        }
+        started.set(i + 1);
+        let result = match step {
+            Step::Mtu(opts) => super::check_mtu::run(ctx, opts, report).await,
+            Step::Throughput(plan) => super::check_speed::run(ctx, plan, report).await,
+            Step::Idle(cfg) => super::check_idle::run(ctx, cfg, report).await,
+        };
+        client::record(report, step.name(), result, ctx.cancel.is_cancelled());
+        finished.set(i + 1);
+    }
 }

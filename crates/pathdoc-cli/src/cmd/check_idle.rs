@@ -2,28 +2,31 @@
 //!
 //! Flags are prefixed `--idle-` so they never collide with other checks' flags.
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use clap::Args;
 use pathdoc_core::Report;
-use pathdoc_idle::{parse_duration, IdleConfig};
+use pathdoc_idle::IdleConfig;
 
 use super::check::CheckContext;
+use crate::args::{duration, ms, secs};
+use crate::error::CliError;
 
 #[derive(Args, Debug, Clone)]
 #[command(next_help_heading = "Idle-timeout check (--idle)")]
 pub struct IdleArgs {
     /// Longest idle time to test (RFC 5382 needs 2h4m; the default adds margin).
-    #[arg(long, value_name = "DURATION", default_value = "2h10m", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "2h10m", value_parser = duration(secs(1), secs(24 * 3600)))]
     pub idle_max: Duration,
     /// Resolution of the measured timeout.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration(ms(200), secs(3600)))]
     pub idle_resolution: Duration,
     /// Most TCP probe connections to open (the server's per-address limit is 1024 by default).
     #[arg(long, value_name = "N", default_value_t = 240, value_parser = clap::value_parser!(u32).range(8..=1000))]
     pub idle_max_probes: u32,
     /// How long a probe may take to arrive before it counts as lost (default: from the RTT).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = duration(ms(10), secs(60)))]
     pub idle_grace: Option<Duration>,
     /// Skip the client-initiated probes (state rebuilt by outbound traffic?).
     #[arg(long)]
@@ -40,21 +43,40 @@ pub struct IdleArgs {
     pub idle_no_udp: bool,
 }
 
+impl IdleArgs {
+    /// The check's settings, validated before any network work; the server address is filled
+    /// in once the preflight has found it.
+    pub fn config(&self) -> Result<IdleConfig, CliError> {
+        let mut cfg = IdleConfig::new(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
+        cfg.horizon = self.idle_max;
+        cfg.resolution = self.idle_resolution;
+        cfg.max_probes = self.idle_max_probes as usize;
+        cfg.grace = self.idle_grace;
+        cfg.client_initiated = !self.idle_no_client_probes;
+        cfg.keepalive = !self.idle_no_keepalive;
+        cfg.culprit = !self.idle_no_culprit;
+        cfg.udp = !self.idle_no_udp;
+        if cfg.horizon < cfg.resolution * 2 {
+            return Err(CliError::usage(format!(
+                "--idle-max must be at least twice --idle-resolution ({} < 2 × {})",
+                pathdoc_core::units::format_duration(cfg.horizon),
+                pathdoc_core::units::format_duration(cfg.resolution)
+            )));
+        }
+        cfg.validate()
+            .map_err(|e| CliError::usage(format!("idle options: {e}")))?;
+        Ok(cfg)
+    }
+}
+
 pub async fn run(
     ctx: &CheckContext<'_>,
-    args: &IdleArgs,
+    cfg: &IdleConfig,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let mut cfg = IdleConfig::new(ctx.server);
+    let mut cfg = cfg.clone();
+    cfg.server = ctx.server;
     cfg.token = ctx.auth_token.clone();
-    cfg.horizon = args.idle_max;
-    cfg.resolution = args.idle_resolution;
-    cfg.max_probes = args.idle_max_probes as usize;
-    cfg.grace = args.idle_grace;
-    cfg.client_initiated = !args.idle_no_client_probes;
-    cfg.keepalive = !args.idle_no_keepalive;
-    cfg.culprit = !args.idle_no_culprit;
-    cfg.udp = !args.idle_no_udp;
     let result = pathdoc_idle::run(&cfg, ctx.progress, &ctx.cancel).await?;
     report.findings.extend(result.findings);
     report.data.insert("idle".to_string(), result.data);

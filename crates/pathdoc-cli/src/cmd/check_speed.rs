@@ -9,59 +9,70 @@ use pathdoc_core::Report;
 use pathdoc_speed::{Mode, SpeedOptions};
 
 use super::check::CheckContext;
-use super::speed::{measure, parse_duration};
+use super::speed::{congestion_control, measure};
+use crate::args::{duration, ms, secs};
+use crate::error::CliError;
 
 #[derive(Args, Debug, Clone)]
 #[command(next_help_heading = "Throughput check (--throughput)")]
 pub struct ThroughputArgs {
     /// Length of each direction's throughput test.
-    #[arg(long = "throughput-time", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long = "throughput-time", value_name = "DURATION", default_value = "5s",
+          value_parser = duration(ms(100), secs(3600)))]
     pub time: Duration,
     /// Parallel streams per direction in the throughput test.
-    #[arg(long = "throughput-streams", default_value_t = 1)]
+    #[arg(long = "throughput-streams", value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=pathdoc_speed::spec::MAX_STREAMS as i64))]
     pub streams: u32,
     /// Congestion control for the throughput test's senders (default: each host's own).
-    #[arg(long = "throughput-cc")]
+    #[arg(long = "throughput-cc", value_name = "NAME", value_parser = congestion_control)]
     pub cc: Option<String>,
     /// Also compare CUBIC with BBR (doubles the throughput test's length).
     #[arg(long = "throughput-compare-cc", conflicts_with = "cc")]
     pub compare_cc: bool,
 }
 
+/// The tests the throughput check runs: an upload, then a download.
+#[derive(Debug, Clone)]
+pub struct ThroughputPlan {
+    pub tests: Vec<SpeedOptions>,
+    pub compare_cc: bool,
+}
+
+impl ThroughputArgs {
+    pub fn plan(&self) -> Result<ThroughputPlan, CliError> {
+        let base = SpeedOptions {
+            mode: Mode::Upload,
+            streams: self.streams,
+            duration: self.time,
+            bytes: None,
+            cc: self.cc.clone(),
+            window: None,
+            interval: Duration::from_secs(1)
+                .min(self.time / 2)
+                .max(Duration::from_millis(100)),
+        };
+        let download = SpeedOptions {
+            mode: Mode::Download,
+            ..base.clone()
+        };
+        Ok(ThroughputPlan {
+            tests: vec![base, download],
+            compare_cc: self.compare_cc,
+        })
+    }
+}
+
 pub async fn run(
     ctx: &CheckContext<'_>,
-    args: &ThroughputArgs,
+    plan: &ThroughputPlan,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    if args.streams == 0 || args.streams > pathdoc_speed::spec::MAX_STREAMS {
-        anyhow::bail!(
-            "--throughput-streams must be between 1 and {}",
-            pathdoc_speed::spec::MAX_STREAMS
-        );
-    }
-    let base = SpeedOptions {
-        mode: Mode::Upload,
-        streams: args.streams,
-        duration: args.time,
-        bytes: None,
-        cc: args.cc.clone(),
-        window: None,
-        interval: Duration::from_secs(1)
-            .min(args.time / 2)
-            .max(Duration::from_millis(100)),
-    };
-    let tests = [
-        base.clone(),
-        SpeedOptions {
-            mode: Mode::Download,
-            ..base
-        },
-    ];
     measure(
         ctx.server,
         ctx.auth_token.clone(),
-        &tests,
-        args.compare_cc,
+        &plan.tests,
+        plan.compare_cc,
         ctx.progress,
         &ctx.cancel,
         report,

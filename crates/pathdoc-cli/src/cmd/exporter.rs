@@ -11,6 +11,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Global;
 
+pub const EXAMPLES: &str = "Examples:
+  pathdoc exporter --config /etc/pathdoc/exporter.toml                # serve on 127.0.0.1:9724
+  pathdoc exporter -c exporter.toml --check-config                   # validate, show what it allows
+  curl -H 'Authorization: Bearer …' 'http://127.0.0.1:9724/probe?target=server.example.net&module=mtu'
+
+Only the targets and modules in the config can be probed. Scrape config, alert rules and a
+systemd unit: dist/ and docs/exporter.md.";
+
 #[derive(Args, Debug)]
 pub struct ExporterArgs {
     /// TOML config: modules, allowed targets, auth tokens and limits (docs/exporter.md).

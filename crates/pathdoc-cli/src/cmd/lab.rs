@@ -11,7 +11,19 @@ use pathdoc_lab::demo::{self, DemoStep};
 use pathdoc_lab::{state, Lab, LabOptions, LabState, Teardown, Topology, SCHEMA};
 use serde_json::json;
 
+use crate::error::{CliError, ErrorKind};
 use crate::Global;
+
+pub const EXAMPLES: &str = "Examples:
+  pathdoc lab list                                    # the scenarios and the story each reproduces
+  pathdoc lab up --scenario pmtu-blackhole --name bh  # build one and leave it running
+  pathdoc lab exec bh client -- ping -c 3 10.0.2.2    # run a command in one of its hosts
+  pathdoc lab status                                  # what is running
+  pathdoc lab down bh                                 # remove it
+  pathdoc lab demo --only modem-idle                  # show a fault and pathdoc's diagnosis
+
+Labs are network namespaces named <prefix><lab>-<host>; --prefix (or PATHDOC_LAB_PREFIX) keeps
+several users' labs apart. Needs root.";
 
 #[derive(Args, Debug)]
 pub struct LabArgs {
@@ -25,16 +37,32 @@ pub struct LabArgs {
 #[derive(Subcommand, Debug)]
 enum LabCommand {
     /// Build a lab from a built-in scenario or a TOML topology and leave it running.
+    #[command(
+        after_help = "Examples:\n  pathdoc lab up --scenario modem-idle --name home\n  pathdoc lab up --topology examples/topology.toml\n  pathdoc lab up --scenario clean --prefix alice-    # keep apart from other users' labs"
+    )]
     Up(UpArgs),
     /// Remove a lab (namespaces, links, processes, state), or every lab with the prefix.
+    #[command(
+        after_help = "Examples:\n  pathdoc lab down home\n  pathdoc lab down --all --prefix alice-    # every lab (and orphan namespace) of that prefix only"
+    )]
     Down(DownArgs),
     /// Show running labs, or one lab in detail.
+    #[command(after_help = "Examples:\n  pathdoc lab status\n  pathdoc lab status home --json")]
     Status(StatusArgs),
     /// List the built-in scenarios and the failure story each reproduces.
+    #[command(
+        after_help = "Examples:\n  pathdoc lab list\n  pathdoc lab list --json | jq -r '.scenarios[].name'"
+    )]
     List,
     /// Run a command inside one host of a lab.
+    #[command(
+        after_help = "Examples:\n  pathdoc lab exec home client -- ping -c 3 203.0.113.10\n  pathdoc lab exec home server -- pathdoc server\n  pathdoc lab exec home client -- pathdoc check 203.0.113.10 --idle --idle-max 2min"
+    )]
     Exec(ExecArgs),
     /// Bring up each scenario in turn and show its fault with real traffic (about a minute).
+    #[command(
+        after_help = "Examples:\n  pathdoc lab demo\n  pathdoc lab demo --only pmtu-blackhole --only modem-idle"
+    )]
     Demo(DemoArgs),
     #[command(hide = true, name = "delay-line")]
     DelayLine(super::lab_delay_line::DelayLineArgs),
@@ -85,8 +113,24 @@ struct DemoArgs {
     only: Vec<String>,
 }
 
+impl LabArgs {
+    /// `up`, `down`, … for messages and the error document.
+    pub fn subcommand_name(&self) -> &'static str {
+        match self.command {
+            LabCommand::Up(_) => "up",
+            LabCommand::Down(_) => "down",
+            LabCommand::Status(_) => "status",
+            LabCommand::List => "list",
+            LabCommand::Exec(_) => "exec",
+            LabCommand::Demo(_) => "demo",
+            LabCommand::DelayLine(_) => "delay-line",
+        }
+    }
+}
+
 pub fn run(args: LabArgs, global: Global) -> anyhow::Result<i32> {
-    match args.command {
+    let prefix = args.prefix.clone();
+    let result = match args.command {
         LabCommand::Up(a) => up(a, &args.prefix, global),
         LabCommand::Down(a) => down(a, &args.prefix, global),
         LabCommand::Status(a) => status(a, &args.prefix, global),
@@ -94,7 +138,36 @@ pub fn run(args: LabArgs, global: Global) -> anyhow::Result<i32> {
         LabCommand::Exec(a) => exec(a, &args.prefix),
         LabCommand::Demo(a) => run_demo(a, &args.prefix, global),
         LabCommand::DelayLine(a) => super::lab_delay_line::run(a),
-    }
+    };
+    result.map_err(|e| with_prefix_hint(e, &prefix))
+}
+
+/// The lab crate's messages about a lab by name, restated with the prefix in use: a hint without
+/// it would act on other users' labs (or the default prefix's) when copied.
+fn with_prefix_hint(err: anyhow::Error, prefix: &str) -> anyhow::Error {
+    let Some(lab_err) = err
+        .chain()
+        .find_map(|c| c.downcast_ref::<pathdoc_lab::LabError>())
+    else {
+        return err;
+    };
+    let status = format!("pathdoc lab status --prefix {prefix}");
+    let cli = match lab_err {
+        pathdoc_lab::LabError::NoSuchLab(name) => CliError::new(
+            ErrorKind::Lab,
+            format!("no lab named `{name}` with prefix `{prefix}`"),
+        )
+        .hint(format!("see `{status}`")),
+        pathdoc_lab::LabError::NameTaken(name) => CliError::new(
+            ErrorKind::Lab,
+            format!("a lab named `{name}` already exists with prefix `{prefix}`"),
+        )
+        .hint(format!(
+            "see `{status}`; remove it with `pathdoc lab down {name} --prefix {prefix}`"
+        )),
+        _ => return err,
+    };
+    cli.into()
 }
 
 fn load_topology(scenario: Option<&str>, file: Option<&PathBuf>) -> anyhow::Result<Topology> {
@@ -119,12 +192,12 @@ fn up(a: UpArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
     let lab = Lab::up(&topo, &opts)?;
     let st = lab.persist();
     if global.json {
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(&json!({"schema": SCHEMA, "command": "up", "lab": st}))?
         );
     } else {
-        print!("{}", render_lab(&st, true));
+        crate::out!("{}", render_lab(&st, true));
     }
     Ok(0)
 }
@@ -180,14 +253,19 @@ fn render_lab(st: &LabState, usage: bool) -> String {
             .find(|h| h.name == "server")
             .map(|h| h.addr.to_string())
             .unwrap_or_default();
-        let flag = if st.prefix == pathdoc_lab::lab::DEFAULT_PREFIX {
-            String::new()
-        } else {
-            format!(" --prefix {}", st.prefix)
-        };
+        // Always spelled out: PATHDOC_LAB_PREFIX may differ in the shell the hint is pasted in.
+        let flag = format!(" --prefix {}", st.prefix);
         s.push_str("use it:\n");
         s.push_str(&format!(
             "  pathdoc lab exec {}{flag} client -- ping -c 3 {server}\n",
+            st.name
+        ));
+        s.push_str(&format!(
+            "  pathdoc lab exec {}{flag} server -- pathdoc server      # in a second terminal\n",
+            st.name
+        ));
+        s.push_str(&format!(
+            "  pathdoc lab exec {}{flag} client -- pathdoc check {server}\n",
             st.name
         ));
         if let Some(c) = st.hosts.first() {
@@ -227,14 +305,14 @@ fn down(a: DownArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
         (state::destroy(&st)?, format!("lab {name}"))
     };
     if global.json {
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(
                 &json!({"schema": SCHEMA, "command": "down", "removed": td})
             )?
         );
     } else {
-        print!("{what}: {}", render_teardown(&td));
+        crate::out!("{what}: {}", render_teardown(&td));
     }
     Ok(0)
 }
@@ -254,7 +332,7 @@ fn status(a: StatusArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
             .iter()
             .map(|l| json!({"lab": l, "complete": l.is_complete(), "live_pids": l.live_processes().iter().map(|p| p.pid).collect::<Vec<_>>()}))
             .collect();
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(
                 &json!({"schema": SCHEMA, "command": "status", "labs": docs, "orphan_namespaces": orphans})
@@ -262,11 +340,11 @@ fn status(a: StatusArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
         );
     } else {
         if labs.is_empty() {
-            println!("no labs with prefix {prefix}");
+            crate::outln!("no labs with prefix {prefix}");
         }
         for l in &labs {
             if a.name.is_some() {
-                print!("{}", render_lab(l, true));
+                crate::out!("{}", render_lab(l, true));
             } else {
                 let what = l.scenario.clone().unwrap_or_else(|| "custom".into());
                 let server = l
@@ -275,7 +353,7 @@ fn status(a: StatusArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
                     .find(|h| h.name == "server")
                     .map(|h| h.addr.to_string())
                     .unwrap_or_default();
-                println!(
+                crate::outln!(
                     "{:<10} {:<18} {} hosts, server {server}",
                     l.name,
                     what,
@@ -283,12 +361,15 @@ fn status(a: StatusArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
                 );
             }
             if !l.is_complete() {
-                println!("  ! some namespaces of {} are gone; remove the rest with `pathdoc lab down {}`", l.name, l.name);
+                crate::outln!(
+                    "  ! some namespaces of {} are gone; remove the rest with `pathdoc lab down {} --prefix {prefix}`",
+                    l.name, l.name
+                );
             }
         }
         if !orphans.is_empty() {
-            println!(
-                "orphan namespaces (no state file): {}; remove with `pathdoc lab down --all`",
+            crate::outln!(
+                "orphan namespaces (no state file): {}; `pathdoc lab down --all --prefix {prefix}` removes them and every other lab with prefix {prefix}",
                 orphans.join(", ")
             );
         }
@@ -301,9 +382,10 @@ fn list(global: Global) -> anyhow::Result<i32> {
     if global.json {
         let docs: Vec<_> = scenarios
             .iter()
-            .map(|s| json!({"name": s.name, "summary": s.summary, "seed": s.seed}))
+            // `seed` is the old name of `story`, kept for scripts written against pathdoc.lab/1.
+            .map(|s| json!({"name": s.name, "summary": s.summary, "story": s.seed, "seed": s.seed}))
             .collect();
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(
                 &json!({"schema": SCHEMA, "command": "list", "scenarios": docs})
@@ -311,7 +393,7 @@ fn list(global: Global) -> anyhow::Result<i32> {
         );
     } else {
         for s in scenarios {
-            println!("{:<18} {}\n{:<18} story: {}", s.name, s.summary, "", s.seed);
+            crate::outln!("{:<18} {}\n{:<18} story: {}", s.name, s.summary, "", s.seed);
         }
     }
     Ok(0)
@@ -388,7 +470,7 @@ fn run_demo(a: DemoArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
             }
         }
         let _ = state::destroy_all(&format!("{handler_prefix}demo{}-", std::process::id()));
-        eprintln!("\npathdoc lab demo: interrupted; lab removed");
+        crate::errln!("\npathdoc lab demo: interrupted; lab removed");
         std::process::exit(130);
     })
     .context("installing the Ctrl-C handler")?;
@@ -404,14 +486,14 @@ fn run_demo(a: DemoArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
             Some((prefix.to_string(), name.clone()));
         let mut lines: Vec<String> = Vec::new();
         if !global.json {
-            println!("== {} — {}", step.scenario, step.title);
+            crate::outln!("== {} — {}", step.scenario, step.title);
             if let Some(info) = pathdoc_lab::scenarios::info(step.scenario) {
-                println!("   story: {}", info.seed);
+                crate::outln!("   story: {}", info.seed);
             }
         }
         let mut say = |line: String| {
             if !global.json {
-                println!("   {line}");
+                crate::outln!("   {line}");
             }
             lines.push(line);
         };
@@ -438,20 +520,20 @@ fn run_demo(a: DemoArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
         if let Some(e) = &error {
             failed = true;
             if !global.json {
-                println!("   error: {e}");
+                crate::outln!("   error: {e}");
             }
         }
         results.push(json!({"scenario": step.scenario, "title": step.title, "observations": lines, "error": error}));
     }
     if global.json {
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(
                 &json!({"schema": SCHEMA, "command": "demo", "steps": results})
             )?
         );
     } else {
-        println!("demo finished in {:.0} s", started.elapsed().as_secs_f64());
+        crate::outln!("demo finished in {:.0} s", started.elapsed().as_secs_f64());
     }
     Ok(if failed { 2 } else { 0 })
 }

@@ -94,7 +94,7 @@ pub fn run(args: DelayLineArgs) -> anyhow::Result<i32> {
         }
     }
     let stop = stop_on_termination_signals()?;
-    eprintln!(
+    crate::errln!(
         "pathdoc delay-line: {} <-> {} (a→b {} ms ±{} ms {} % loss, b→a {} ms ±{} ms {} % loss); stop with SIGTERM",
         cfg.iface_a,
         cfg.iface_b,
@@ -106,8 +106,8 @@ pub fn run(args: DelayLineArgs) -> anyhow::Result<i32> {
         args.loss_b_to_a
     );
     let stats = run_delay_line(&cfg, stop)?;
-    eprintln!("pathdoc delay-line: a→b {}", describe(&stats.a_to_b));
-    eprintln!("pathdoc delay-line: b→a {}", describe(&stats.b_to_a));
+    crate::errln!("pathdoc delay-line: a→b {}", describe(&stats.a_to_b));
+    crate::errln!("pathdoc delay-line: b→a {}", describe(&stats.b_to_a));
     Ok(0)
 }
 

@@ -33,7 +33,7 @@ pub fn check_args(scenario: &str) -> Option<&'static [&'static str]> {
             "--throughput-compare-cc",
         ],
         "window-limited" => &["--throughput", "--throughput-time", "4s"],
-        // Seed 001 was a loss-based sender; BBR would hide the rate loss.
+        // The duplex-mismatch story had a loss-based sender; BBR would hide the rate loss.
         "slow-lossy-duplex" => &[
             "--throughput",
             "--throughput-time",
@@ -104,10 +104,14 @@ pub fn run_check(lab: &Lab, args: &[&str], deadline: Duration) -> Result<Report,
         .arg("--json");
     let done = pathdoc_lab::exec::run_unchecked(&mut check, None, deadline)?;
     serde_json::from_str(&done.stdout).map_err(|e| {
+        // Under --json an error that kept the check from running is an error document on stdout.
+        let why = serde_json::from_str::<serde_json::Value>(&done.stdout)
+            .ok()
+            .and_then(|doc| doc["error"]["message"].as_str().map(String::from))
+            .unwrap_or_else(|| format!("{e}: {}", done.stderr.trim()));
         LabError::Measurement(format!(
-            "pathdoc check {} printed no report ({e}): {}",
-            args.join(" "),
-            done.stderr.trim()
+            "pathdoc check {} printed no report: {why}",
+            args.join(" ")
         ))
     })
 }

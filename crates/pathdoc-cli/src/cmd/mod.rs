@@ -4,6 +4,8 @@ pub mod check;
 pub mod check_idle;
 pub mod check_mtu;
 pub mod check_speed;
+pub mod client;
+pub mod docs;
 pub mod exporter;
 pub mod lab;
 pub mod lab_delay_line;

@@ -64,6 +64,20 @@ pub fn parse(name: &str, text: &str) -> anyhow::Result<Report> {
     let Some(schema) = value.get("schema").and_then(|s| s.as_str()) else {
         bail!("{name}: not a pathdoc report (no \"schema\" field); save one with `pathdoc check … --json > FILE.json`");
     };
+    // The error document of a run that could not run (`pathdoc.error/1`, or the error field of
+    // older versions) has no findings to show: say what it says.
+    if let Some(err) = value
+        .get("error")
+        .filter(|_| schema.starts_with("pathdoc."))
+    {
+        let msg = err
+            .get("message")
+            .and_then(|m| m.as_str())
+            .or_else(|| err.as_str())
+            .map(str::to_string)
+            .unwrap_or_else(|| err.to_string());
+        bail!("{name}: this is the error document of a run that could not run: {msg}");
+    }
     if schema != SCHEMA_VERSION {
         bail!(
             "{name}: schema {schema:?} is not one this pathdoc {} reads (it reads {SCHEMA_VERSION:?}){}",
@@ -74,15 +88,6 @@ pub fn parse(name: &str, text: &str) -> anyhow::Result<Report> {
                 ""
             }
         );
-    }
-    if let Some(err) = value.get("error") {
-        let msg = err
-            .get("message")
-            .and_then(|m| m.as_str())
-            .or_else(|| err.as_str())
-            .map(str::to_string)
-            .unwrap_or_else(|| err.to_string());
-        bail!("{name}: this is the error document of a run that could not run: {msg}");
     }
     serde_json::from_value(value).with_context(|| {
         format!("{name}: a {SCHEMA_VERSION} document with missing or malformed fields")

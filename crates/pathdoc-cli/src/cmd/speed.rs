@@ -7,15 +7,28 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use clap::Args;
 use pathdoc_core::{Progress, Report};
 use pathdoc_speed::analysis::{compare_cc, CcRun};
 use pathdoc_speed::{Direction, Mode, SpeedOptions, SpeedRun};
 
-use super::check::ServerTarget;
+use super::client::{self, ServerTarget};
+use crate::args::{bytes, ms, seconds_or_duration, secs};
+use crate::error::CliError;
 use crate::progress::TerminalProgress;
-use crate::{output, Global};
+use crate::{interrupt, output, Global};
+
+pub const EXAMPLES: &str = "Examples:
+  pathdoc speed server.example.net                # upload for 10 s
+  pathdoc speed server.example.net -R -t 30s      # download for 30 s
+  pathdoc speed server.example.net --bidir -P 4   # both ways at once, 4 streams each
+  pathdoc speed server.example.net -n 1GiB        # until 1 GiB has arrived
+  pathdoc speed server.example.net --compare-cc   # CUBIC vs BBR on this path
+  pathdoc speed server.example.net --report s.html  # also an HTML report with the plots
+
+Prints one line per interval (goodput, retransmits, congestion window, RTT) and a summary, then
+the findings. Ctrl-C stops the test and prints what was measured.";
 
 #[derive(Args, Debug)]
 pub struct SpeedArgs {
@@ -27,127 +40,115 @@ pub struct SpeedArgs {
     /// Both directions at the same time.
     #[arg(long)]
     pub bidir: bool,
-    /// Parallel TCP streams per direction (1..=8).
-    #[arg(long, short = 'P', default_value_t = 1)]
+    /// Parallel TCP streams per direction.
+    #[arg(long, short = 'P', value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=pathdoc_speed::spec::MAX_STREAMS as i64))]
     pub streams: u32,
-    /// Test length, e.g. 10s, 500ms, 1m.
-    #[arg(long, short = 't', default_value = "10s", value_parser = parse_duration)]
+    /// Test length, e.g. 10s, 500ms, 1m (a bare number is seconds, as in iperf3).
+    #[arg(long, short = 't', value_name = "DURATION", default_value = "10s",
+          value_parser = seconds_or_duration(ms(100), secs(3600)))]
     pub time: Duration,
     /// Stop after this many payload bytes per direction instead, e.g. 1GiB, 500MB.
-    #[arg(long, short = 'n', value_parser = parse_bytes)]
+    #[arg(long, short = 'n', value_name = "BYTES", value_parser = bytes(1, 1 << 50))]
     pub bytes: Option<u64>,
     /// Congestion control for the senders on both ends (cubic, bbr, reno, ...).
-    #[arg(long, short = 'C')]
+    #[arg(long, short = 'C', value_name = "NAME", value_parser = congestion_control)]
     pub cc: Option<String>,
     /// Run once with CUBIC and once with BBR and say which wins on this path.
     #[arg(long, conflicts_with = "cc")]
     pub compare_cc: bool,
     /// SO_SNDBUF/SO_RCVBUF on both ends, e.g. 256KiB (default: kernel autotuning).
-    #[arg(long, short = 'w', value_parser = parse_window)]
-    pub window: Option<u32>,
-    /// Sampling interval for the per-interval figures.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, short = 'w', value_name = "BYTES", value_parser = bytes(4096, 1 << 30))]
+    pub window: Option<u64>,
+    /// Sampling interval of the per-interval table (a bare number is seconds).
+    #[arg(long, short = 'i', value_name = "DURATION", default_value = "1s",
+          value_parser = seconds_or_duration(ms(100), secs(60)))]
     pub interval: Duration,
     #[command(flatten)]
     pub html: super::report_html::HtmlReportArgs,
 }
 
-/// A test length or interval: the shared grammar (`10s`, `500ms`, `2m`, `1.5s`), plus a bare
-/// number of seconds as iperf3's `-t 10` has it. Longer than an hour is a typo (servers cap tests
-/// at 60 s by default).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let d = match s.parse::<f64>() {
-        Ok(secs) if secs.is_finite() && secs >= 0.0 => Duration::from_secs_f64(secs),
-        Ok(_) => return Err(format!("{s:?} is not a duration (e.g. 10s, 500ms, 1m)")),
-        Err(_) => pathdoc_core::units::parse_duration(s)?,
-    };
-    if d.is_zero() || d > Duration::from_secs(3600) {
-        return Err(format!(
-            "duration {s:?} must be positive and at most an hour"
-        ));
+/// A congestion-control name as the kernel spells them (`cubic`, `bbr`, `reno`, `dctcp`…):
+/// lower-case letters, digits, `_` and `-`, at most 15 characters (TCP_CA_NAME_MAX).
+pub fn congestion_control(text: &str) -> Result<String, String> {
+    let ok = !text.is_empty()
+        && text.len() < 16
+        && text
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+    if ok {
+        Ok(text.to_string())
+    } else {
+        Err(format!(
+            "{text:?} is not a congestion control name (e.g. cubic, bbr, reno; see /proc/sys/net/ipv4/tcp_available_congestion_control)"
+        ))
     }
-    Ok(d)
 }
 
-/// Parse a byte count with an optional SI (kB, MB, GB) or IEC (KiB, MiB, GiB) suffix.
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (e.g. 1GiB, 500MB)"))?;
-    let factor = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "m" | "mb" => 1e6,
-        "g" | "gb" => 1e9,
-        "kib" => 1024.0,
-        "mib" => 1024.0 * 1024.0,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        other => {
-            return Err(format!(
-                "unknown size unit {other:?} (use B, kB, MB, GB, KiB, MiB, GiB)"
-            ))
+impl SpeedArgs {
+    fn options(&self) -> Result<SpeedOptions, CliError> {
+        if self.bytes.is_none() && self.interval > self.time {
+            return Err(CliError::usage(format!(
+                "--interval {} is longer than the test (-t {})",
+                pathdoc_core::units::format_duration(self.interval),
+                pathdoc_core::units::format_duration(self.time)
+            )));
         }
-    };
-    let bytes = value * factor;
-    if !(1.0..1e18).contains(&bytes) {
-        return Err(format!("size {s:?} out of range"));
+        let mode = if self.bidir {
+            Mode::Both
+        } else if self.reverse {
+            Mode::Download
+        } else {
+            Mode::Upload
+        };
+        Ok(SpeedOptions {
+            mode,
+            streams: self.streams,
+            duration: self.time,
+            bytes: self.bytes,
+            cc: self.cc.clone(),
+            // Bounded by the parser to 1 GiB.
+            window: self.window.map(|w| w as u32),
+            interval: self.interval,
+        })
     }
-    Ok(bytes as u64)
-}
-
-fn parse_window(s: &str) -> Result<u32, String> {
-    let b = parse_bytes(s)?;
-    if !(4096..=(1 << 30)).contains(&b) {
-        return Err(format!("window {s:?} must be between 4 KiB and 1 GiB"));
-    }
-    Ok(b as u32)
 }
 
 pub fn run(args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
-    let server = args.target.resolve()?;
+    let target = args.target.plan()?;
+    let opts = args.options()?;
     let html = args.html.prepare()?;
-    if args.streams == 0 || args.streams > pathdoc_speed::spec::MAX_STREAMS {
-        bail!(
-            "--streams must be between 1 and {}",
-            pathdoc_speed::spec::MAX_STREAMS
-        );
-    }
-    let mode = if args.bidir {
-        Mode::Both
-    } else if args.reverse {
-        Mode::Download
-    } else {
-        Mode::Upload
-    };
-    let opts = SpeedOptions {
-        mode,
-        streams: args.streams,
-        duration: args.time,
-        bytes: args.bytes,
-        cc: args.cc.clone(),
-        window: args.window,
-        interval: args.interval,
-    };
     let progress = TerminalProgress::new(global);
-    let mut report = Report::new("speed", server.to_string());
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let result = runtime.block_on(measure(
-        server,
-        args.target.auth_token.clone(),
-        &[opts],
-        args.compare_cc,
-        &progress,
-        &CancellationToken::new(),
-        &mut report,
-    ));
+    let report = runtime.block_on(async {
+        let cancel = interrupt::install(global.quiet).context("installing the Ctrl-C handler")?;
+        let reached = client::reach(&args.target, &target, &progress, &cancel).await?;
+        let mut report = Report::new("speed", client::target_label(&target, reached.as_ref()));
+        let check = pathdoc_speed::CHECK;
+        match reached {
+            None => client::not_run(&mut report, check, "the throughput test"),
+            Some(reached) => {
+                let work = measure(
+                    reached.addr,
+                    args.target.auth_token.clone(),
+                    std::slice::from_ref(&opts),
+                    args.compare_cc,
+                    &progress,
+                    &cancel,
+                    &mut report,
+                );
+                match client::until_stopped(work, &cancel).await {
+                    Some(result) => {
+                        client::record(&mut report, check, result, cancel.is_cancelled())
+                    }
+                    None => client::abandoned(&mut report, check),
+                }
+            }
+        }
+        report.interrupted = cancel.is_cancelled();
+        Ok::<_, anyhow::Error>(report)
+    })?;
     progress.finish();
-    result?;
     let code = output::print_report(&report, global);
     if let Some(html) = html {
         html.write(&report)?;
@@ -172,22 +173,37 @@ pub async fn measure(
     } else {
         vec![None]
     };
-    for opts in tests {
+    // A test that fails (or is interrupted) ends the series; the runs before it are still
+    // judged and kept, then the error is returned for the report.
+    let mut failure = None;
+    'tests: for opts in tests {
         for cc in &ccs {
             let mut o = opts.clone();
             if cc.is_some() {
                 o.cc = cc.clone();
             }
-            progress.status(&format!(
-                "throughput: {} starting{}",
+            let what = format!(
+                "the {} test{}",
                 mode_label(o.mode),
                 cc.as_deref()
                     .map(|c| format!(" with {c}"))
                     .unwrap_or_default()
-            ));
-            let run = pathdoc_speed::run_test(server, token.clone(), &o, progress, cancel)
+            );
+            if cancel.is_cancelled() {
+                super::client::not_run(report, pathdoc_speed::CHECK, &what);
+                continue;
+            }
+            progress.status(&format!("throughput: {what} starting"));
+            let run = match pathdoc_speed::run_test(server, token.clone(), &o, progress, cancel)
                 .await
-                .with_context(|| format!("throughput test ({})", mode_label(o.mode)))?;
+                .with_context(|| format!("throughput test ({})", mode_label(o.mode)))
+            {
+                Ok(run) => run,
+                Err(e) => {
+                    failure = Some(e);
+                    break 'tests;
+                }
+            };
             for d in &run.directions {
                 progress.note(&format!(
                     "throughput: {}{}: {} goodput",
@@ -250,11 +266,16 @@ pub async fn measure(
             }
         }
     }
-    report.data.insert(
-        pathdoc_speed::CHECK.to_string(),
-        serde_json::json!({ "runs": runs, "cc_comparison": comparisons }),
-    );
-    Ok(())
+    if !runs.is_empty() {
+        report.data.insert(
+            pathdoc_speed::CHECK.to_string(),
+            serde_json::json!({ "runs": runs, "cc_comparison": comparisons }),
+        );
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 fn mode_label(mode: Mode) -> &'static str {
@@ -270,20 +291,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_and_sizes_parse_with_units() {
-        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
-        assert!(
-            parse_duration("0s").is_err()
-                && parse_duration("ten").is_err()
-                && parse_duration("5h").is_err()
-        );
-        assert_eq!(parse_bytes("1GiB").unwrap(), 1 << 30);
-        assert_eq!(parse_bytes("500MB").unwrap(), 500_000_000);
-        assert_eq!(parse_bytes("256KiB").unwrap(), 262_144);
-        assert!(parse_bytes("-1").is_err() && parse_bytes("1TB").is_err());
-        assert!(parse_window("1k").is_err());
+    fn congestion_control_names_are_checked_by_form() {
+        for ok in ["cubic", "bbr", "reno", "dctcp", "bbr2", "h-tcp"] {
+            assert!(congestion_control(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "CUBIC", "bbr;rm", "a_very_long_name_x", "bbr "] {
+            assert!(congestion_control(bad).is_err(), "{bad}");
+        }
     }
 }
