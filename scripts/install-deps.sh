@@ -11,6 +11,8 @@ packages=(
   iputils-ping    # lab RTT and loss checks
   iputils-tracepath
   tcpdump
+  tshark          # the reference `pathdoc analyze` is tested and benchmarked against
+  time            # GNU time: peak RSS in scripts/bench-analyze.sh
   ethtool         # offload settings on lab links
   procps          # sysctl
   kmod            # modprobe for nf_conntrack, tun, sch_tbf
@@ -31,6 +33,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
+  # tshark's package asks whether non-root users may capture; answer it up front.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi

@@ -62,6 +62,11 @@ enum Command {
     /// module=idle returns the latest result of a background monitor (docs/exporter.md).
     #[command(after_help = cmd::exporter::EXAMPLES)]
     Exporter(cmd::exporter::ExporterArgs),
+    /// Diagnose the TCP connections in a tcpdump/Wireshark capture (or compare two captures of one path).
+    #[command(
+        after_help = "Examples:\n  pathdoc analyze capture.pcap                 # findings per connection worth attention\n  tcpdump -i eth0 -w - | pathdoc analyze -     # live, from standard input\n  pathdoc analyze client.pcap server.pcap      # where packets vanish between two capture points\n  pathdoc analyze capture.pcapng.gz --flags    # Wireshark's tcp.analysis flags per packet (TSV)\n  pathdoc analyze capture.pcap --report c.html # also an HTML report (time-sequence graphs)\n\nExit codes: 0 no problem, 1 problem found, 2 could not run, 3 inconclusive, 130 interrupted."
+    )]
+    Analyze(cmd::analyze::AnalyzeArgs),
     /// Run the far end of the checks (TCP and UDP on one port).
     #[command(
         after_help = "Examples:\n  pathdoc server                                  # all addresses, TCP and UDP 7224\n  pathdoc server --listen 192.0.2.10:7224         # one address\n  PATHDOC_AUTH_TOKEN=s3cret pathdoc server        # clients must pass the same token\n\nOpen TCP and UDP on the port in the server's firewall. More: docs/server.md."
@@ -115,6 +120,7 @@ fn main() {
         Command::Speed(args) => cmd::speed::run(args, global),
         Command::Report(args) => cmd::report::run(args, global),
         Command::Exporter(args) => cmd::exporter::run(args, global),
+        Command::Analyze(args) => cmd::analyze::run(args, global),
         Command::Completions(args) => cmd::docs::completions(args),
         Command::Man(args) => cmd::docs::man(args),
     };
@@ -132,6 +138,7 @@ fn command_name(c: &Command) -> String {
     match c {
         Command::Check(_) => "check".into(),
         Command::Speed(_) => "speed".into(),
+        Command::Analyze(_) => "analyze".into(),
         Command::Server(_) => "server".into(),
         Command::Lab(a) => format!("lab {}", a.subcommand_name()),
         Command::Completions(_) => "completions".into(),

@@ -200,7 +200,7 @@ fn check_verdicts(chrome: &mut Chromium, tab: &browser::Tab, report: &Value) {
 
 /// Series each plot must show, in page order, worked out from the JSON independently of the
 /// renderer.
-fn expected_plots(report: &Value) -> Vec<(String, usize)> {
+fn expected_plots(report: &Value) -> Vec<(String, Option<usize>)> {
     let data = &report["data"];
     let mut plots = Vec::new();
     let idle = &data["idle"];
@@ -227,7 +227,7 @@ fn expected_plots(report: &Value) -> Vec<(String, usize)> {
             + usize::from(outcomes.iter().any(|o| *o != "alive" && *o != "dead"))
             + usize::from(any_bracket)
             + 1;
-        plots.push(("idle-ladder".into(), n));
+        plots.push(("idle-ladder".into(), Some(n)));
     }
     for dir in ["up", "down"] {
         let d = &data["mtu"][dir];
@@ -260,7 +260,7 @@ fn expected_plots(report: &Value) -> Vec<(String, usize)> {
         if !replies.is_empty() && d["location"]["hop"].is_number() {
             n += 1;
         }
-        plots.push((format!("mtu-{}", d["direction"].as_str().unwrap()), n));
+        plots.push((format!("mtu-{}", d["direction"].as_str().unwrap()), Some(n)));
     }
     for run in data["throughput"]["runs"].as_array().into_iter().flatten() {
         for d in run["directions"].as_array().unwrap() {
@@ -284,8 +284,70 @@ fn expected_plots(report: &Value) -> Vec<(String, usize)> {
                 && d["phases"]["steady"]["end_s"].is_number();
             plots.push((
                 format!("throughput-{}", d["direction"].as_str().unwrap()),
-                1 + per_stream + usize::from(retrans > 0.0) + usize::from(steady),
+                Some(1 + per_stream + usize::from(retrans > 0.0) + usize::from(steady)),
             ));
+        }
+    }
+    plots.extend(expected_stevens(&data["analyze"]));
+    plots
+}
+
+/// Time-sequence graphs: one per connection and data direction, the series its segments and
+/// ACKs imply; plus a zoom around the first retransmission of long series (at least 2 series).
+fn expected_stevens(analyze: &Value) -> Vec<(String, Option<usize>)> {
+    let mut plots = Vec::new();
+    for (c, capture) in analyze["captures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        for conn in capture["connections"].as_array().into_iter().flatten() {
+            for ts in conn["time_sequence"].as_array().into_iter().flatten() {
+                let id = format!(
+                    "stevens-{}-{}-{}",
+                    c + 1,
+                    conn["id"],
+                    ts["direction"].as_str().unwrap()
+                );
+                let flagged = |list: &Value, names: &[&str]| -> Vec<bool> {
+                    list.as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|x| {
+                            x["flags"]
+                                .as_array()
+                                .unwrap()
+                                .iter()
+                                .any(|f| names.contains(&f.as_str().unwrap()))
+                        })
+                        .collect()
+                };
+                let retx = flagged(
+                    &ts["segments"],
+                    &[
+                        "retransmission",
+                        "fast_retransmission",
+                        "spurious_retransmission",
+                    ],
+                );
+                let ooo = flagged(&ts["segments"], &["out_of_order"]);
+                let acks = ts["acks"].as_array().unwrap();
+                let n = usize::from(retx.iter().any(|r| !r))
+                    + usize::from(retx.iter().any(|r| *r))
+                    + usize::from(retx.iter().zip(&ooo).any(|(r, o)| !r && *o))
+                    + usize::from(!acks.is_empty())
+                    + usize::from(acks.iter().any(|a| a["win"].is_number()))
+                    + usize::from(flagged(&ts["acks"], &["duplicate_ack"]).contains(&true))
+                    + usize::from(
+                        flagged(&ts["acks"], &["zero_window"]).contains(&true)
+                            || acks.iter().any(|a| a["win"] == 0),
+                    );
+                plots.push((id.clone(), Some(n)));
+                if retx.contains(&true) && retx.len() > 240 {
+                    plots.push((format!("{id}-zoom"), None));
+                }
+            }
         }
     }
     plots
@@ -314,14 +376,21 @@ fn check_plots(chrome: &mut Chromium, tab: &browser::Tab, report: &Value) {
     assert_eq!(ids, want, "one figure per direction and check");
     for ((id, series), fig) in expected.iter().zip(figures) {
         assert_eq!(fig["missing"], false, "{id} has no plot: {fig}");
-        assert_eq!(fig["series"], json!(series), "{id}: series {fig}");
+        match series {
+            Some(n) => assert_eq!(fig["series"], json!(n), "{id}: series {fig}"),
+            None => assert!(fig["series"].as_u64() >= Some(2), "{id}: series {fig}"),
+        }
         let legend: Vec<&str> = fig["legend"]
             .as_array()
             .unwrap()
             .iter()
             .map(|c| c.as_str().unwrap())
             .collect();
-        assert_eq!(legend.len(), *series, "{id}: legend {fig}");
+        assert_eq!(
+            Some(legend.len() as u64),
+            fig["series"].as_u64(),
+            "{id}: legend {fig}"
+        );
         let colours: Vec<&str> = fig["colours"]
             .as_array()
             .unwrap()
@@ -432,4 +501,52 @@ fn report_refuses_what_it_cannot_read_with_exit_2() {
         .filter(|n| n.ends_with(".tmp"))
         .collect();
     assert!(left.is_empty(), "temporary files left: {left:?}");
+}
+
+#[test]
+fn capture_html_draws_time_sequence_graphs_in_chromium() {
+    let scratch = Scratch::new("html-capture");
+    // Seed 001's path: loss bursts towards the server, so the upload has retransmissions and
+    // duplicate ACKs to mark.
+    let l = ServerLab::up(
+        STEM,
+        "cap",
+        &Topology::scenario("slow-lossy-duplex").unwrap(),
+    );
+    let pcap = scratch.path("client.pcap");
+    let capture = pathdoc_lab::capture::start(
+        &l.lab,
+        "client",
+        None,
+        &pcap,
+        &pathdoc_lab::capture::CaptureOptions {
+            snaplen: 128,
+            filter: None,
+        },
+    )
+    .expect("start tcpdump");
+    let mut speed = l.lab.command("client", PATHDOC);
+    speed.args(["speed", &l.server.addr(), "-t", "2", "-C", "cubic", "-q"]);
+    let (code, out, err) = run(speed, Duration::from_secs(60));
+    assert!(code == 0 || code == 1, "speed: {out}{err}");
+    capture.stop().expect("stop tcpdump");
+    l.down().unwrap();
+
+    let html_path = scratch.path("capture.html");
+    let (code, out, err) = pathdoc(&[
+        "analyze",
+        pcap.to_str().unwrap(),
+        "--report",
+        html_path.to_str().unwrap(),
+    ]);
+    assert!(code == 0 || code == 1, "analyze: {out}{err}");
+    let report = embedded(&std::fs::read_to_string(&html_path).unwrap());
+    let stevens = expected_stevens(&report["data"]["analyze"]);
+    assert!(
+        stevens
+            .iter()
+            .any(|(id, _)| id.ends_with("client-to-server")),
+        "no time-sequence graph of the upload: {stevens:?}\n{out}\n{err}"
+    );
+    check_page_in_chromium(&html_path, &report);
 }

@@ -16,6 +16,7 @@
 //! (measurements used by the demo and tests), [`demo`] (the `pathdoc lab demo` steps),
 //! [`delay_line`] (the userspace delay/jitter element on delayed links).
 
+pub mod capture;
 pub mod delay_line;
 pub mod demo;
 pub mod error;

@@ -64,6 +64,9 @@ enum LabCommand {
         after_help = "Examples:\n  pathdoc lab demo\n  pathdoc lab demo --only pmtu-blackhole --only modem-idle"
     )]
     Demo(DemoArgs),
+    /// Record packets on one interface of a lab host (tcpdump in its namespace) for `pathdoc analyze`.
+    #[command(after_help = super::lab_capture::EXAMPLES)]
+    Capture(super::lab_capture::CaptureArgs),
     #[command(hide = true, name = "delay-line")]
     DelayLine(super::lab_delay_line::DelayLineArgs),
 }
@@ -124,6 +127,7 @@ impl LabArgs {
             LabCommand::Exec(_) => "exec",
             LabCommand::Demo(_) => "demo",
             LabCommand::DelayLine(_) => "delay-line",
+            LabCommand::Capture(_) => "capture",
         }
     }
 }
@@ -137,6 +141,7 @@ pub fn run(args: LabArgs, global: Global) -> anyhow::Result<i32> {
         LabCommand::List => list(global),
         LabCommand::Exec(a) => exec(a, &args.prefix),
         LabCommand::Demo(a) => run_demo(a, &args.prefix, global),
+        LabCommand::Capture(a) => super::lab_capture::run(a, &args.prefix, global),
         LabCommand::DelayLine(a) => super::lab_delay_line::run(a),
     };
     result.map_err(|e| with_prefix_hint(e, &prefix))

@@ -47,6 +47,9 @@ pub fn check_args(scenario: &str) -> Option<&'static [&'static str]> {
 
 /// Run the scenario's checks (if any) and tell the user what pathdoc concluded.
 pub fn run(lab: &Lab, say: Say, scenario: &str) -> Result<(), LabError> {
+    if scenario == "modem-idle" {
+        analyze_both_ends(lab, say)?;
+    }
     let Some(args) = check_args(scenario) else {
         return Ok(());
     };
@@ -134,4 +137,62 @@ fn wait_until_listening(lab: &Lab, addr: SocketAddr, patience: Duration) -> Resu
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Seed 000 from captures: record both ends while an idle connection's keepalives die at the
+/// strict NAT, then `pathdoc analyze client.pcap server.pcap` says where they vanished.
+fn analyze_both_ends(lab: &Lab, say: Say) -> Result<(), LabError> {
+    use pathdoc_lab::capture::{self, CaptureOptions, KeepaliveSide};
+    let dir = std::env::temp_dir().join(format!("pathdoc-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| LabError::Measurement(format!("creating {}: {e}", dir.display())))?;
+    let (client, server) = (dir.join("client.pcap"), dir.join("server.pcap"));
+    let opts = CaptureOptions {
+        snaplen: 128,
+        filter: Some("tcp".into()),
+    };
+    let result = (|| -> Result<Report, LabError> {
+        let c = capture::start(lab, "client", None, &client, &opts)?;
+        let s = capture::start(lab, "server", None, &server, &opts)?;
+        say(
+            "captures on client and server; an idle connection with client keepalives after 5 s..."
+                .into(),
+        );
+        capture::idle_keepalive_connection(
+            lab,
+            KeepaliveSide::Client,
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+            3,
+            Duration::from_secs(15),
+        )?;
+        // A fresh connection afterwards shows both captures were still running.
+        let mut again = pathdoc_lab::traffic::TcpPair::open(lab)?;
+        again.client_to_server(b"back", Duration::from_secs(2))?;
+        drop(again);
+        c.stop()?;
+        s.stop()?;
+        let exe = std::env::current_exe()
+            .map_err(|e| LabError::Measurement(format!("cannot find the pathdoc binary: {e}")))?;
+        let mut cmd = std::process::Command::new(exe);
+        cmd.arg("analyze").arg(&client).arg(&server).arg("--json");
+        let done = pathdoc_lab::exec::run_unchecked(&mut cmd, None, Duration::from_secs(60))?;
+        serde_json::from_str(&done.stdout).map_err(|e| {
+            LabError::Measurement(format!(
+                "pathdoc analyze printed no report ({e}): {}",
+                done.stderr.trim()
+            ))
+        })
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    let report = result?;
+    say("pathdoc analyze client.pcap server.pcap:".into());
+    let mut shown = report.clone();
+    shown
+        .findings
+        .retain(|f| f.id == "lost-between-captures" || f.id == "idle-death");
+    for line in output::render_compact(&shown) {
+        say(format!("  {line}"));
+    }
+    Ok(())
 }

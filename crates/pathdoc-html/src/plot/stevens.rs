@@ -52,11 +52,51 @@ pub fn figures(data: &Section<Analyze>) -> Vec<Figure> {
                         .map(|f| format!(" ({f})"))
                         .unwrap_or_default()
                 );
-                figures.push(figure(id, title, ts));
+                if let Some(zoom) = around_first_retransmission(ts) {
+                    figures.push(figure(id.clone(), title.clone(), ts));
+                    figures.push(figure(
+                        format!("{id}-zoom"),
+                        format!("{title}: around the first retransmission"),
+                        &zoom,
+                    ));
+                } else {
+                    figures.push(figure(id, title, ts));
+                }
             }
         }
     }
     figures
+}
+
+/// Segments a zoomed graph shows on each side of the first retransmission: enough to see the
+/// flat ACK line of the loss and the recovery, few enough that each segment is visible.
+const ZOOM_SEGMENTS: usize = 120;
+
+fn is_retransmission(s: &crate::view::Segment) -> bool {
+    RETRANSMISSIONS.iter().any(|f| s.has(f))
+}
+
+/// The part of the series around its first retransmission, when there is one and the whole
+/// series is too long to show single segments.
+fn around_first_retransmission(ts: &TimeSequence) -> Option<TimeSequence> {
+    let first = ts.segments.iter().position(is_retransmission)?;
+    if ts.segments.len() <= 2 * ZOOM_SEGMENTS {
+        return None;
+    }
+    let lo = ts.segments[first.saturating_sub(ZOOM_SEGMENTS)].t;
+    let hi = ts.segments[(first + ZOOM_SEGMENTS).min(ts.segments.len() - 1)].t;
+    let inside = |t: f64| t >= lo && t <= hi;
+    Some(TimeSequence {
+        direction: ts.direction.clone(),
+        segments: ts
+            .segments
+            .iter()
+            .filter(|s| inside(s.t))
+            .cloned()
+            .collect(),
+        acks: ts.acks.iter().filter(|a| inside(a.t)).cloned().collect(),
+        truncated: false,
+    })
 }
 
 fn endpoints(conn: &Connection) -> String {
@@ -81,7 +121,7 @@ fn figure(id: String, title: String, ts: &TimeSequence) -> Figure {
     if let Err(e) = draw(&mut svg, ts) {
         return Figure::missing(id, title, draw_error(e));
     }
-    let retrans = |s: &crate::view::Segment| RETRANSMISSIONS.iter().any(|f| s.has(f));
+    let retrans = is_retransmission;
     let mut legend = Vec::new();
     if ts.segments.iter().any(|s| !retrans(s)) {
         legend.push(Series::new(
@@ -91,10 +131,10 @@ fn figure(id: String, title: String, ts: &TimeSequence) -> Figure {
         ));
     }
     if ts.segments.iter().any(retrans) {
-        legend.push(Series::new("retransmitted segment", BAD, Mark::Bar));
+        legend.push(Series::new("retransmitted segment", BAD, Mark::Cross));
     }
     if ts.segments.iter().any(|s| s.has("out_of_order")) {
-        legend.push(Series::new("out of order", WARN, Mark::Bar));
+        legend.push(Series::new("out of order", WARN, Mark::Triangle));
     }
     if !ts.acks.is_empty() {
         legend.push(Series::new("ACK (receiver)", GOOD, Mark::Line));
@@ -142,34 +182,41 @@ fn draw(svg: &mut String, ts: &TimeSequence) -> DrawResult {
     let root = SVGBackend::with_string(svg, (WIDTH, HEIGHT)).into_drawing_area();
     root.fill(&WHITE)?;
     let finite = |v: f64| v.is_finite();
-    let t_max = ts
-        .segments
-        .iter()
-        .map(|s| s.t)
-        .chain(ts.acks.iter().map(|a| a.t))
-        .filter(|v| finite(*v))
-        .fold(0.0, f64::max);
-    let seq_max = ts
-        .segments
-        .iter()
-        .map(|s| s.seq + s.len)
-        .chain(ts.acks.iter().map(|a| a.ack + a.win.unwrap_or(0.0)))
-        .filter(|v| finite(*v))
-        .fold(0.0, f64::max);
-    let (div, unit) = iec_axis(seq_max);
-    let t_top = if t_max > 0.0 { t_max * 1.02 } else { 1.0 };
-    let y_top = if seq_max > 0.0 {
-        seq_max / div * 1.05
-    } else {
-        1.0
+    let times = || {
+        ts.segments
+            .iter()
+            .map(|s| s.t)
+            .chain(ts.acks.iter().map(|a| a.t))
+            .filter(|v| finite(*v))
     };
-    let (x_fmt, y_fmt) = (ticks_for(t_top), ticks_for(y_top));
+    let seqs = || {
+        ts.segments
+            .iter()
+            .flat_map(|s| [s.seq, s.seq + s.len])
+            .chain(ts.acks.iter().map(|a| a.ack))
+            .chain(ts.acks.iter().filter_map(|a| Some(a.ack + a.win?)))
+            .filter(|v| finite(*v))
+    };
+    let (t_min, t_max) = (
+        times().fold(f64::INFINITY, f64::min),
+        times().fold(f64::NEG_INFINITY, f64::max),
+    );
+    let (s_min, s_max) = (
+        seqs().fold(f64::INFINITY, f64::min),
+        seqs().fold(f64::NEG_INFINITY, f64::max),
+    );
+    let (div, unit) = iec_axis(s_max - s_min.min(s_max));
+    let pad_t = ((t_max - t_min) * 0.02).max(1e-6);
+    let pad_s = ((s_max - s_min) * 0.03).max(1.0);
+    let (t_lo, t_top) = ((t_min - pad_t).max(0.0), t_max + pad_t);
+    let (y_lo, y_top) = (((s_min - pad_s) / div).max(0.0), (s_max + pad_s) / div);
+    let (x_fmt, y_fmt) = (ticks_for(t_top - t_lo), ticks_for(y_top - y_lo));
     let mut chart = ChartBuilder::on(&root)
         .margin(10)
         .margin_right(20)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d(0f64..t_top, 0f64..y_top)?;
+        .build_cartesian_2d(t_lo..t_top, y_lo..y_top)?;
     chart
         .configure_mesh()
         .x_desc("time since the connection's first packet (s)")
@@ -203,7 +250,32 @@ fn draw(svg: &mut String, ts: &TimeSequence) -> DrawResult {
         steps(&|a| Some(a.ack)),
         GOOD.stroke_width(2),
     ))?;
-    // Receiver marks under the segments, so a retransmission is never hidden by a dot.
+    // Drawing order: segment bars, then the receiver's marks, then the marks of out-of-order
+    // segments and retransmissions on top — each class stays visible where a segment is only a
+    // pixel tall and marks pile up.
+    let bar = |s: &crate::view::Segment, color: RGBColor, width: u32| {
+        PathElement::new(
+            vec![(s.t, s.seq / div), (s.t, (s.seq + s.len.max(1.0)) / div)],
+            color.stroke_width(width),
+        )
+    };
+    let retrans = |s: &crate::view::Segment| RETRANSMISSIONS.iter().any(|f| s.has(f));
+    let ok = |s: &&crate::view::Segment| finite(s.t) && finite(s.seq);
+    let mid = |s: &crate::view::Segment| (s.t, (s.seq + s.len / 2.0) / div);
+    chart.draw_series(
+        ts.segments
+            .iter()
+            .filter(ok)
+            .filter(|s| !retrans(s))
+            .map(|s| bar(s, if s.has("out_of_order") { WARN } else { MEASURE }, 2)),
+    )?;
+    chart.draw_series(
+        ts.segments
+            .iter()
+            .filter(ok)
+            .filter(|s| retrans(s))
+            .map(|s| bar(s, BAD, 3)),
+    )?;
     chart.draw_series(
         ts.acks
             .iter()
@@ -216,35 +288,19 @@ fn draw(svg: &mut String, ts: &TimeSequence) -> DrawResult {
             .filter(|a| finite(a.t) && (a.has("zero_window") || a.win == Some(0.0)))
             .map(|a| TriangleMarker::new((a.t, a.ack / div), 6, NEUTRAL.filled())),
     )?;
-    // Segments: normal first, then out-of-order, then retransmissions on top.
-    let bar = |s: &crate::view::Segment, color: RGBColor, width: u32| {
-        PathElement::new(
-            vec![(s.t, s.seq / div), (s.t, (s.seq + s.len.max(1.0)) / div)],
-            color.stroke_width(width),
-        )
-    };
-    let retrans = |s: &crate::view::Segment| RETRANSMISSIONS.iter().any(|f| s.has(f));
-    let ok = |s: &&crate::view::Segment| finite(s.t) && finite(s.seq);
-    chart.draw_series(
-        ts.segments
-            .iter()
-            .filter(ok)
-            .filter(|s| !retrans(s) && !s.has("out_of_order"))
-            .map(|s| bar(s, MEASURE, 2)),
-    )?;
     chart.draw_series(
         ts.segments
             .iter()
             .filter(ok)
             .filter(|s| !retrans(s) && s.has("out_of_order"))
-            .map(|s| bar(s, WARN, 2)),
+            .map(|s| TriangleMarker::new(mid(s), 4, WARN.filled())),
     )?;
     chart.draw_series(
         ts.segments
             .iter()
             .filter(ok)
             .filter(|s| retrans(s))
-            .map(|s| bar(s, BAD, 3)),
+            .map(|s| Cross::new(mid(s), 4, BAD.stroke_width(2))),
     )?;
     root.present()?;
     Ok(())

@@ -1,0 +1,747 @@
+//! From a connection's summary to findings: the same report model as `pathdoc check` (evidence
+//! with units, the requirement or formula, the fix and the host it applies on). Pure functions;
+//! every finding states what in the capture it rests on, and says "inconclusive" when the capture
+//! cannot decide.
+
+use pathdoc_core::units::{format_bytes, format_duration, format_rate};
+use pathdoc_core::{Direction, Evidence, Finding, Host, Quantity, Remedy, Status};
+
+use crate::analyzer::HostPairLoss;
+use crate::summary::{ConnSummary, DirSummary, EndState};
+
+pub const CHECK: &str = "analyze";
+
+/// Minimum data segments in a direction before its loss rate means anything.
+const MIN_DATA_SEGMENTS: u64 = 50;
+/// Retransmission share that is worth a warning.
+const LOSS_WARN: f64 = 0.01;
+/// Idle shorter than this is not an "idle death" story.
+const MIN_IDLE_S: f64 = 1.0;
+
+/// The two directions of a connection with their names.
+struct Side<'a> {
+    dir: Direction,
+    sender: &'static str,
+    receiver: &'static str,
+    sender_host: Host,
+    receiver_host: Host,
+    tx: &'a DirSummary,
+    rx: &'a DirSummary,
+}
+
+fn sides(c: &ConnSummary) -> [Side<'_>; 2] {
+    [
+        Side {
+            dir: Direction::ClientToServer,
+            sender: "client",
+            receiver: "server",
+            sender_host: Host::Client,
+            receiver_host: Host::Server,
+            tx: &c.client_to_server,
+            rx: &c.server_to_client,
+        },
+        Side {
+            dir: Direction::ServerToClient,
+            sender: "server",
+            receiver: "client",
+            sender_host: Host::Server,
+            receiver_host: Host::Client,
+            tx: &c.server_to_client,
+            rx: &c.client_to_server,
+        },
+    ]
+}
+
+/// A short name of the connection for titles: `#3 192.0.2.1:51000 → 203.0.113.10:22`.
+pub fn label(c: &ConnSummary) -> String {
+    format!("#{} {} → {}", c.id, c.client, c.server)
+}
+
+/// The round-trip time of the whole path as seen from the capture: the handshake's (SYN to
+/// the ACK of the SYN-ACK spans one full RTT wherever the capture was taken), else the sum of
+/// both directions' smallest data→ACK times.
+pub fn path_rtt_s(c: &ConnSummary) -> Option<f64> {
+    if let Some(h) = c.handshake_rtt_ms.filter(|h| *h > 0.0) {
+        return Some(h / 1e3);
+    }
+    let a = c.client_to_server.rtt_min_ms.unwrap_or(0.0);
+    let b = c.server_to_client.rtt_min_ms.unwrap_or(0.0);
+    (a + b > 0.0).then(|| (a + b) / 1e3)
+}
+
+/// All findings about one connection (possibly none: healthy).
+pub fn connection(c: &ConnSummary) -> Vec<Finding> {
+    let mut out = Vec::new();
+    idle_death(c, &mut out);
+    injected_rst(c, &mut out);
+    for s in sides(c) {
+        let pmtu = pmtu(c, &s, &mut out);
+        if !pmtu {
+            loss(c, &s, &mut out);
+        }
+        window_limited(c, &s, &mut out);
+        zero_window(c, &s, &mut out);
+        offload_artefacts(c, &s, &mut out);
+    }
+    out
+}
+
+fn finding(c: &ConnSummary, id: &str, status: Status, title: String) -> Finding {
+    Finding::new(CHECK, id, status, format!("{}: {title}", label(c)))
+}
+
+fn pct(x: f64) -> Quantity {
+    Quantity::Percent((x * 10000.0).round() / 100.0)
+}
+
+/// Loss concentrated in one direction (seed 001), with Mathis' bound when goodput is low.
+fn loss(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
+    let tx = s.tx;
+    if tx.data_packets < MIN_DATA_SEGMENTS {
+        return;
+    }
+    let retrans = tx.flags.all_retransmissions();
+    let p = retrans as f64 / tx.data_packets as f64;
+    if p < LOSS_WARN || retrans < 5 {
+        return;
+    }
+    let other = s.rx;
+    let other_p = (other.data_packets >= MIN_DATA_SEGMENTS)
+        .then(|| other.flags.all_retransmissions() as f64 / other.data_packets as f64);
+    let concentrated = other_p.is_none_or_low(p);
+    let dupacks = s.rx.flags.duplicate_ack;
+    let mut f = finding(
+        c,
+        "tcp-loss-one-direction",
+        Status::Warn,
+        format!(
+            "packets lost {}: {:.1} % of the {}'s segments were sent again{}",
+            s.dir.arrow(),
+            p * 100.0,
+            s.sender,
+            if dupacks >= 10 {
+                format!(" (dup-ACK storm: {dupacks} duplicate ACKs from the {})", s.receiver)
+            } else {
+                String::new()
+            }
+        ),
+    )
+    .direction(s.dir)
+    .requirement(
+        "loss-based TCP (Reno/CUBIC) cannot exceed Mathis' bound MSS/RTT × 1.22/√p; a healthy wired path loses well under 1 % (RFC 7680 one-way loss)",
+    )
+    .evidence(Evidence::new(
+        format!("{} retransmissions", s.dir.arrow()),
+        Quantity::Count(retrans),
+    ).with_detail(format!(
+        "{} retransmission, {} fast, {} spurious (Wireshark's classes) of {} data segments",
+        tx.flags.retransmission, tx.flags.fast_retransmission, tx.flags.spurious_retransmission, tx.data_packets
+    )))
+    .evidence(Evidence::new("retransmitted share", pct(p)))
+    .evidence(Evidence::new(
+        format!("duplicate ACKs from the {}", s.receiver),
+        Quantity::Count(dupacks),
+    ));
+    if let Some(op) = other_p {
+        f = f.evidence(Evidence::new(
+            format!(
+                "retransmitted share {} (other direction)",
+                s.dir_other_arrow()
+            ),
+            pct(op),
+        ));
+    }
+    if tx.flags.lost_segment > 0 {
+        f = f.evidence(
+            Evidence::new(
+                "segments missing from the capture (previous segment not captured)",
+                Quantity::Count(tx.flags.lost_segment),
+            )
+            .with_detail("lost before the capture point, or dropped by the capture itself"),
+        );
+    }
+    // Mathis: does the loss explain the goodput?
+    let mut explains = String::new();
+    if let (Some(rtt), Some(goodput)) = (path_rtt_s(c), tx.goodput_bps) {
+        let mss = f64::from(tx.max_segment_bytes.clamp(536, 9000));
+        let bound = mss * 8.0 / rtt * 1.22 / p.sqrt();
+        f = f
+            .evidence(Evidence::new(
+                format!("{} goodput", s.dir.arrow()),
+                Quantity::Goodput(goodput),
+            ))
+            .evidence(
+                Evidence::new("Mathis bound at this loss and RTT", Quantity::Rate(bound))
+                    .with_detail(format!(
+                        "MSS {} B, RTT {}, p = {:.2} %",
+                        mss as u64,
+                        format_duration(std::time::Duration::from_secs_f64(rtt)),
+                        p * 100.0
+                    )),
+            );
+        if goodput <= bound * 1.5 {
+            explains = format!(
+                " The loss explains the goodput: at {:.2} % loss and {} RTT, loss-based TCP cannot exceed {} (Mathis); {} was measured.",
+                p * 100.0,
+                format_duration(std::time::Duration::from_secs_f64(rtt)),
+                format_rate(bound),
+                format_rate(goodput)
+            );
+            f.status = Status::Fail;
+        }
+    }
+    let where_ = if concentrated {
+        format!(
+            "The loss is concentrated {}: the other direction loses far less. ",
+            s.dir.arrow()
+        )
+    } else {
+        String::new()
+    };
+    f = f.summary(format!(
+        "{where_}The {} sent {retrans} of its {} data segments again and the {} answered with {dupacks} duplicate ACKs: segments are dropped {} somewhere on the path.{explains} Typical causes of loss in one direction: a duplex mismatch (one end half duplex: late collisions, errors on the port), a policer or shaper dropping bursts, a faulty cable, NIC or transceiver, or a congested uplink.",
+        s.sender, tx.data_packets, s.receiver, s.dir.arrow()
+    ))
+    .remedy(
+        Remedy::new("Check the link for errors and a duplex mismatch on both ends of each cable; both ends must agree (autonegotiation on both, or the same fixed speed and duplex)")
+            .on(Host::BothEnds)
+            .with_command("ethtool IFACE | grep -E 'Speed|Duplex'; ip -s link show IFACE   # rx/tx errors, drops; switch: show interface counters"),
+    )
+    .remedy(
+        Remedy::new("If a policer or shaper sits on the path, shape instead of police (a policer drops bursts) or raise its burst size")
+            .on(Host::Router { hop: None, address: None }),
+    )
+    .remedy(
+        Remedy::new("A sender with BBR keeps its rate under random loss where CUBIC collapses (only once the path's cause is ruled out)")
+            .on(s.sender_host.clone())
+            .with_command("sysctl -w net.ipv4.tcp_congestion_control=bbr"),
+    );
+    out.push(f);
+}
+
+trait OptLow {
+    fn is_none_or_low(&self, p: f64) -> bool;
+}
+
+impl OptLow for Option<f64> {
+    /// The other direction loses less than a quarter as much (or carries no data).
+    fn is_none_or_low(&self, p: f64) -> bool {
+        match self {
+            None => false,
+            Some(o) => *o * 4.0 < p,
+        }
+    }
+}
+
+impl Side<'_> {
+    fn dir_other_arrow(&self) -> &'static str {
+        match self.dir {
+            Direction::ClientToServer => "server→client",
+            _ => "client→server",
+        }
+    }
+}
+
+/// The receiver's window, not the path, caps the transfer.
+fn window_limited(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
+    let tx = s.tx;
+    if tx.data_packets < 200 {
+        return;
+    }
+    let retrans_share = tx.flags.all_retransmissions() as f64 / tx.data_packets as f64;
+    let window = s.rx.max_window_bytes;
+    let (Some(rtt), Some(goodput)) = (path_rtt_s(c), tx.goodput_bps) else {
+        return;
+    };
+    if window == 0 || rtt <= 0.0 || retrans_share >= LOSS_WARN {
+        return;
+    }
+    let ceiling = window as f64 * 8.0 / rtt;
+    let pinned = tx.at_window_fraction.unwrap_or(0.0);
+    let near_ceiling = goodput >= 0.6 * ceiling;
+    if !(near_ceiling || pinned >= 0.5) || s.rx.zero_window_s > 0.0 {
+        return;
+    }
+    let mut f = finding(
+        c,
+        "receive-window-limited",
+        Status::Warn,
+        format!(
+            "the {}'s receive window caps {}: {} window / {} RTT = {}",
+            s.receiver,
+            s.dir.arrow(),
+            format_bytes(window),
+            format_duration(std::time::Duration::from_secs_f64(rtt)),
+            format_rate(ceiling)
+        ),
+    )
+    .direction(s.dir)
+    .requirement("throughput ≤ window / RTT; to fill a path the receive window must be ≥ its bandwidth-delay product (BDP = rate × RTT, RFC 7323)")
+    .evidence(Evidence::new(format!("largest window the {} advertised", s.receiver), Quantity::Bytes(window)))
+    .evidence(Evidence::new("path RTT", Quantity::Seconds(rtt)).with_detail(if c.handshake_rtt_ms.is_some() { "handshake SYN → ACK at the capture point" } else { "data → ACK, both directions" }))
+    .evidence(Evidence::new("window / RTT ceiling", Quantity::Rate(ceiling)))
+    .evidence(Evidence::new(format!("{} goodput", s.dir.arrow()), Quantity::Goodput(goodput)))
+    .evidence(Evidence::new("retransmitted share", pct(retrans_share)));
+    if tx.at_window_fraction.is_some() {
+        f = f.evidence(
+            Evidence::new("segments sent with the window ≥ 90 % full", pct(pinned)).with_detail(
+                format!(
+                    "bytes in flight up to {} (sequence-based, at the capture point)",
+                    format_bytes(tx.max_bytes_in_flight)
+                ),
+            ),
+        );
+    }
+    let needed_for_gbit = 1e9 / 8.0 * rtt;
+    f = f
+        .summary(format!(
+            "The {} sent at {} while its peer never advertised more than {}: at {} RTT that window allows at most {}, and the transfer ran {} with little loss ({:.2} %). The window, not the path, is the limit. For 1 Gbit/s at this RTT the receiver would need a window of {} (the BDP).",
+            s.sender,
+            format_rate(goodput),
+            format_bytes(window),
+            format_duration(std::time::Duration::from_secs_f64(rtt)),
+            format_rate(ceiling),
+            if near_ceiling { "at that ceiling" } else { "with its window full most of the time" },
+            retrans_share * 100.0,
+            format_bytes(needed_for_gbit as u64)
+        ))
+        .remedy(
+            Remedy::new(format!(
+                "Let the {}'s TCP grow its receive buffer to at least the BDP (max of tcp_rmem); persist it in /etc/sysctl.d",
+                s.receiver
+            ))
+            .on(s.receiver_host.clone())
+            .with_command("sysctl -w net.ipv4.tcp_rmem='4096 131072 33554432' net.core.rmem_max=33554432"),
+        )
+        .remedy(
+            Remedy::new("If the application sets SO_RCVBUF itself, that fixes the window: remove the setting or raise it")
+                .on(Host::Other { name: format!("the receiving application on the {}", s.receiver) }),
+        );
+    out.push(f);
+}
+
+/// The receiver advertised a zero window: its application stopped reading.
+fn zero_window(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
+    let rx = s.rx;
+    if rx.flags.zero_window == 0 {
+        return;
+    }
+    let total = rx.zero_window_s;
+    let share = if c.duration_s > 0.0 {
+        total / c.duration_s
+    } else {
+        0.0
+    };
+    // Brief closures are a fast sender meeting a busy reader; a stall is long or dominant.
+    if rx.longest_zero_window_s < 0.5 && !(share >= 0.25 && total >= 0.5) {
+        return;
+    }
+    let f = finding(
+        c,
+        "zero-window-stall",
+        Status::Warn,
+        format!(
+            "the {} stopped reading: zero window for {} in total ({} {} stalled)",
+            s.receiver,
+            format_duration(std::time::Duration::from_secs_f64(total)),
+            s.dir.arrow(),
+            if rx.flags.zero_window > 1 { "repeatedly" } else { "once" }
+        ),
+    )
+    .direction(s.dir)
+    .requirement("a receiver advertises a zero window only when its socket buffer is full because the application does not read (RFC 9293 §3.8.6)")
+    .evidence(Evidence::new(format!("zero-window advertisements by the {}", s.receiver), Quantity::Count(rx.flags.zero_window)))
+    .evidence(Evidence::new("time with the window closed", Quantity::Seconds(total)))
+    .evidence(Evidence::new("longest closed stretch", Quantity::Seconds(rx.longest_zero_window_s)))
+    .evidence(Evidence::new(format!("zero-window probes from the {}", s.sender), Quantity::Count(s.tx.flags.zero_window_probe)))
+    .summary(format!(
+        "The {} advertised a zero window {} times and kept it closed for {} of the connection's {}: the network delivered the data, but the receiving application did not read it fast enough (busy, blocked on disk or on another peer). The path is not the cause.",
+        s.receiver,
+        rx.flags.zero_window,
+        format_duration(std::time::Duration::from_secs_f64(total)),
+        format_duration(std::time::Duration::from_secs_f64(c.duration_s.max(0.0)))
+    ))
+    .remedy(
+        Remedy::new("Find why the receiving application stops reading (CPU, disk, a blocked thread); a bigger receive buffer only delays the stall")
+            .on(Host::Other { name: format!("the receiving application on the {}", s.receiver) }),
+    );
+    out.push(f);
+}
+
+/// Seed 000: long idle, then unanswered keepalives or retransmissions, then a reset or the end.
+fn idle_death(c: &ConnSummary, out: &mut Vec<Finding>) {
+    let Some(idle) = &c.idle else { return };
+    if idle.idle_s < MIN_IDLE_S {
+        return;
+    }
+    // Which side probed without an answer?
+    let (prober, answerer, p, a, dir) = if idle.client.packets > 0 && idle.server.packets == 0 {
+        (
+            "client",
+            "server",
+            &idle.client,
+            &idle.server,
+            Direction::ClientToServer,
+        )
+    } else if idle.server.packets > 0 && idle.client.packets == 0 {
+        (
+            "server",
+            "client",
+            &idle.server,
+            &idle.client,
+            Direction::ServerToClient,
+        )
+    } else {
+        // Both sides spoke after the idle time: each probe may still have been lost, but this
+        // capture cannot tell (two captures can).
+        let both_probing = idle.client.keepalives + idle.client.retransmissions >= 2
+            && idle.server.keepalives + idle.server.retransmissions >= 2
+            && idle.client.data_packets == 0
+            && idle.server.data_packets == 0;
+        if both_probing {
+            let f = finding(c, "idle-death", Status::Inconclusive, format!("both sides probed after {} idle; this capture cannot tell whether their probes crossed", format_duration(std::time::Duration::from_secs_f64(idle.idle_s))))
+                .evidence(Evidence::new("idle time", Quantity::Seconds(idle.idle_s)))
+                .evidence(Evidence::new("client keepalives + retransmissions after it", Quantity::Count(u64::from(idle.client.keepalives + idle.client.retransmissions))))
+                .evidence(Evidence::new("server keepalives + retransmissions after it", Quantity::Count(u64::from(idle.server.keepalives + idle.server.retransmissions))))
+                .summary("Keepalives or retransmissions from both ends appear after the idle time but none is acknowledged. A capture in the middle of the path sees both ends' probes even when a NAT beyond it drops them; capture at both ends and run `pathdoc analyze near.pcap far.pcap` to see where they vanish.");
+            out.push(f);
+        }
+        return;
+    };
+    let probes = p.keepalives + p.retransmissions + p.data_packets;
+    if probes < 2 && !p.rst {
+        return;
+    }
+    let _ = a;
+    let ended = match &c.end {
+        EndState::Reset { by, .. } => format!(", then the {by} reset the connection"),
+        EndState::Open => ", and the connection was still hanging when the capture ended".into(),
+        _ => String::new(),
+    };
+    let idle_text = format_duration(std::time::Duration::from_secs_f64(idle.idle_s));
+    let what = if p.keepalives > 0 && p.retransmissions == 0 {
+        format!("{} keepalives", p.keepalives)
+    } else if p.keepalives > 0 {
+        format!(
+            "{} keepalives and {} retransmissions",
+            p.keepalives, p.retransmissions
+        )
+    } else {
+        format!(
+            "{} packets ({} retransmissions)",
+            p.packets, p.retransmissions
+        )
+    };
+    let status = Status::Fail;
+    let f = finding(
+        c,
+        "idle-death",
+        status,
+        format!("died after {idle_text} idle: {what} from the {prober} got no answer{ended}"),
+    )
+    .direction(dir)
+    .requirement("RFC 5382 REQ-5: a NAT's established-connection idle timeout MUST NOT be less than 2 h 4 min (RFC 1122 keepalives start after 2 h)")
+    .evidence(Evidence::new("idle time before it", Quantity::Seconds(idle.idle_s)).with_detail("no packet either way, nothing outstanding"))
+    .evidence(Evidence::new(format!("keepalives from the {prober} after it"), Quantity::Count(u64::from(p.keepalives))))
+    .evidence(Evidence::new(format!("retransmissions from the {prober} after it"), Quantity::Count(u64::from(p.retransmissions))))
+    .evidence(Evidence::new(format!("packets from the {answerer} after it"), Quantity::Count(0)))
+    .summary(format!(
+        "The connection was idle for {idle_text} with everything acknowledged. Then the {prober} sent {what} and the {answerer} never answered{ended}. A healthy peer answers a keepalive with an ACK; silence after a long idle time is the mark of a NAT or firewall that forgot the connection (seed 000: a cable modem timing out after 1 h). From this one capture it cannot be told whether the {prober}'s packets or the answers were dropped: capture both ends and run `pathdoc analyze near.pcap far.pcap`; `pathdoc check --idle` measures the timeout."
+    ))
+    .remedy(Remedy::new("Send keepalives more often than the path's idle timeout: for SSH, in ~/.ssh/config").on(Host::Client).with_command("ServerAliveInterval 60"))
+    .remedy(Remedy::new("Or lower the kernel's TCP keepalive time for applications that enable SO_KEEPALIVE; persist it in /etc/sysctl.d").on(Host::Client).with_command("sysctl -w net.ipv4.tcp_keepalive_time=300 net.ipv4.tcp_keepalive_intvl=30"))
+    .remedy(Remedy::new("Raise the NAT's or firewall's established-TCP timeout to at least 2 h 4 min (7440 s); on Linux conntrack").on(Host::Router { hop: None, address: None }).with_command("sysctl -w net.netfilter.nf_conntrack_tcp_timeout_established=7440"))
+    .remedy(Remedy::new("If the device belongs to the provider (CGNAT, cable modem in bridge mode), report the RFC 5382 REQ-5 violation with this evidence").on(Host::Isp));
+    out.push(f);
+}
+
+/// A RST whose TTL differs from every other packet of the same side: forged by a middlebox.
+fn injected_rst(c: &ConnSummary, out: &mut Vec<Finding>) {
+    let EndState::Reset { by, ttl, usual_ttl } = &c.end else {
+        return;
+    };
+    let sender = if by == "client" {
+        &c.client_to_server
+    } else {
+        &c.server_to_client
+    };
+    let Some(usual) = usual_ttl else { return };
+    if sender.packets < 4 || ttl == usual {
+        return;
+    }
+    let dir = if by == "client" {
+        Direction::ClientToServer
+    } else {
+        Direction::ServerToClient
+    };
+    let hops = i32::from(*usual) - i32::from(*ttl);
+    let f = finding(
+        c,
+        "rst-injected",
+        Status::Fail,
+        format!("reset carries TTL {ttl} while the {by}'s packets arrive with TTL {usual}: a middlebox sent it"),
+    )
+    .direction(dir)
+    .requirement("packets from one host reach the capture point with one TTL (same path, same initial TTL); a RST with another TTL came from somewhere else")
+    .evidence(Evidence::new(format!("TTL of the RST \"from\" the {by}"), Quantity::Count(u64::from(*ttl))))
+    .evidence(Evidence::new(format!("usual TTL of the {by}'s packets"), Quantity::Count(u64::from(*usual))).with_detail(format!("most common over its {} other packets", sender.packets.saturating_sub(u64::from(sender.rsts)))))
+    .summary(format!(
+        "The connection ended with a RST that claims to come from the {by}, but its TTL ({ttl}) differs from that of every other packet of the {by} ({usual}): it was generated {} by a device on the path — a firewall, IPS, load balancer or NAT resetting connections it considers dead or forbidden, not by the {by}'s TCP.",
+        if hops > 0 { format!("about {hops} hop(s) closer to the capture point") } else { format!("about {} hop(s) farther away (or with another initial TTL)", -hops) }
+    ))
+    .remedy(Remedy::new(format!("Find the device between the capture point and the {by} that resets connections (firewall/IPS session timeouts, NAT table expiry, a policy); its logs name the rule")).on(Host::Router { hop: None, address: None }));
+    out.push(f);
+}
+
+/// Seed 003: full-size segments retransmitted without ACK while small packets pass (a PMTUD
+/// black hole), and ICMP too-big that the sender ignores (offload or a firewall behind the
+/// capture point). Returns true when it explains the direction's retransmissions.
+fn pmtu(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) -> bool {
+    let tx = s.tx;
+    let stall = tx.stall.as_ref();
+    let big_stall = stall.filter(|st| {
+        st.retransmissions >= 2
+            && st.sizes_bytes.first().copied().unwrap_or(0) >= 576
+            && (!st.resolved || st.retransmissions >= 3)
+    });
+    let shrinking = big_stall.is_some_and(|st| {
+        let v = &st.sizes_bytes;
+        v.len() >= 3 && v.windows(2).all(|w| w[1] < w[0] && w[0] - w[1] <= 128)
+    });
+    // The sender heard "too big" and still sent bigger packets — or crept down step by step
+    // instead of jumping to the reported MTU (seed 003).
+    let ignored_too_big = tx.icmp_too_big > 0
+        && (tx.oversize_after_too_big >= 3 || (shrinking && tx.oversize_after_too_big >= 1));
+    if big_stall.is_none() && !ignored_too_big {
+        return false;
+    }
+    let lost_size = big_stall
+        .and_then(|st| st.sizes_bytes.first().copied())
+        .unwrap_or(tx.max_ip_packet_bytes);
+    let acked = tx.max_acked_ip_packet_bytes;
+    let small_pass =
+        big_stall.is_some_and(|st| st.peer_packets > 0) || (acked > 0 && acked < lost_size);
+    if big_stall.is_some() && !ignored_too_big && !small_pass && tx.icmp_too_big == 0 {
+        // Everything stopped, small packets too: a dead path or peer, not an MTU problem.
+        return false;
+    }
+    let tso = tx.segments_over_peer_mss > 0;
+    let mtu_icmp = tx.icmp_too_big_mtu;
+    let mtu_text = match (mtu_icmp, acked) {
+        (Some(m), _) => format!("{m} B (from the ICMP too-big)"),
+        (None, a) if a > 0 && !tso => format!(
+            "between {a} B (largest packet acknowledged) and {} B",
+            lost_size.saturating_sub(1)
+        ),
+        _ => format!("below {lost_size} B"),
+    };
+    let stall_text = big_stall.map(|st| format!(
+        "the {}'s {}-byte packet at relative sequence {} was sent {} more times over {} without being acknowledged{}",
+        s.sender,
+        st.sizes_bytes.first().copied().unwrap_or(0),
+        st.seq,
+        st.retransmissions,
+        format_duration(std::time::Duration::from_secs_f64(st.duration_s.max(0.0))),
+        if st.peer_packets > 0 { format!(" while {} smaller packets from the {} got through", st.peer_packets, s.receiver) } else { String::new() }
+    ));
+    if ignored_too_big {
+        let m = mtu_icmp.unwrap_or(0);
+        let mut f = finding(
+            c,
+            "pmtud-too-big-ignored",
+            if tso && big_stall.is_none() { Status::Inconclusive } else { Status::Fail },
+            format!(
+                "ICMP too-big (MTU {m} B) reached the {} {} times, yet it sent {} more packets larger than {m} B",
+                s.sender, tx.icmp_too_big, tx.oversize_after_too_big
+            ),
+        )
+        .direction(s.dir)
+        .requirement("RFC 1191 / RFC 8201: a sender MUST lower its packet size to the MTU an ICMP too-big reports")
+        .evidence(Evidence::new("ICMP too-big messages about these packets", Quantity::Count(u64::from(tx.icmp_too_big))))
+        .evidence(Evidence::new("MTU they report", Quantity::Bytes(u64::from(m))))
+        .evidence(Evidence::new(format!("packets over {m} B the {} sent after one RTT", s.sender), Quantity::Count(tx.oversize_after_too_big)))
+        .evidence(Evidence::new("largest packet it sent", Quantity::Bytes(u64::from(tx.max_ip_packet_bytes))));
+        if shrinking {
+            if let Some(st) = big_stall {
+                f = f.evidence(Evidence::new(
+                    "sizes of its retransmissions",
+                    Quantity::Text(
+                        st.sizes_bytes
+                            .iter()
+                            .map(|x| format!("{x} B"))
+                            .collect::<Vec<_>>()
+                            .join(" → "),
+                    ),
+                ));
+            }
+        }
+        let tso_note = if tso {
+            format!(" The capture was taken on the {} with segmentation offload (TSO/GSO): {} packets are larger than the MSS, so the sizes seen here are not those on the wire; the retransmissions are the trustworthy part.", s.sender, tx.segments_over_peer_mss)
+        } else {
+            String::new()
+        };
+        f = f.summary(format!(
+            "Routers told the {} {} times that the path takes at most {m} B, and the messages reached its network interface (they are in this capture), but it kept sending bigger packets{}. Either a firewall on the {} drops ICMP after the point where the capture taps it (iptables/nft INPUT rules for icmp type 3 code 4), or the NIC's segmentation offload builds packets for a fixed MTU whatever the stack learnt (seed 003: an emulated rtl8139 NIC with TSO){}.{tso_note}",
+            s.sender, tx.icmp_too_big,
+            if shrinking { ", shrinking them step by step instead of to the reported MTU" } else { "" },
+            s.sender,
+            stall_text.as_ref().map(|t| format!("; {t}")).unwrap_or_default()
+        ))
+        .remedy(Remedy::new("Accept ICMP fragmentation-needed / packet-too-big in the sender's firewall").on(s.sender_host.clone()).with_command("nft insert rule inet filter input icmp type destination-unreachable icmp code frag-needed accept; nft insert rule inet filter input icmpv6 type packet-too-big accept"))
+        .remedy(Remedy::new("If the firewall lets it in, turn segmentation offload off on the sending NIC (or use a virtio NIC instead of an emulated rtl8139)").on(s.sender_host.clone()).with_command("ethtool -K IFACE tso off gso off"))
+        .remedy(Remedy::new(format!("Meanwhile pin the route's MTU to {m} B so the sender never builds larger packets")).on(s.sender_host.clone()).with_command(format!("ip route add DESTINATION via GATEWAY mtu lock {m}")));
+        out.push(f);
+        return true;
+    }
+
+    let Some(st) = big_stall else { return false };
+    let mut f = finding(
+        c,
+        "pmtud-black-hole",
+        if tso && acked > lost_size { Status::Inconclusive } else { Status::Fail },
+        format!("PMTUD black hole {}: {}-byte packets vanish, path MTU {mtu_text}", s.dir.arrow(), lost_size),
+    )
+    .direction(s.dir)
+    .requirement("RFC 1191 / RFC 8201 PMTUD needs ICMP too-big to reach the sender; RFC 4890 says never filter it; RFC 4821 probing recovers without it")
+    .evidence(Evidence::new(format!("retransmissions of one {lost_size}-byte packet"), Quantity::Count(u64::from(st.retransmissions))).with_detail(if st.resolved { "eventually acknowledged" } else { "never acknowledged" }))
+    .evidence(Evidence::new("packets from the peer meanwhile", Quantity::Count(u64::from(st.peer_packets))).with_detail("small packets (ACKs) still pass"))
+    .evidence(Evidence::new("largest packet acknowledged", Quantity::Bytes(u64::from(acked))))
+    .evidence(Evidence::new(format!("ICMP too-big about the {}'s packets in the capture", s.sender), Quantity::Count(u64::from(tx.icmp_too_big))));
+    if let Some(m) = mtu_icmp {
+        f = f.evidence(Evidence::new(
+            "MTU reported by ICMP",
+            Quantity::Bytes(u64::from(m)),
+        ));
+    }
+    if shrinking {
+        f = f.evidence(Evidence::new(
+            "sizes of its retransmissions",
+            Quantity::Text(
+                st.sizes_bytes
+                    .iter()
+                    .map(|x| format!("{x} B"))
+                    .collect::<Vec<_>>()
+                    .join(" → "),
+            ),
+        ));
+    }
+    let icmp_note = if tx.icmp_too_big == 0 {
+        format!("No ICMP too-big about them is in the capture: a router drops them silently or its ICMP is filtered before it reaches the {}", s.sender)
+    } else {
+        format!(
+            "ICMP too-big messages (MTU {}) are in the capture",
+            mtu_icmp
+                .map(|m| m.to_string())
+                .unwrap_or_else(|| "?".into())
+        )
+    };
+    let tso_note = if tso {
+        format!(" Note: the capture was taken on the {} with TSO/GSO ({} packets larger than the MSS), so acknowledged sizes are not wire sizes; the path MTU cannot be bounded from them.", s.sender, tx.segments_over_peer_mss)
+    } else {
+        String::new()
+    };
+    f = f.summary(format!(
+        "{}. Full-size packets do not cross the path while small ones do: a link {} has a smaller MTU and the sender never learns it. {icmp_note}.{tso_note}{}",
+        stall_text.unwrap_or_default().trim_start_matches("the ").to_string().replacen(&s.sender.to_string(), &format!("The {}", s.sender), 1),
+        s.dir.arrow(),
+        if shrinking { " The retransmissions shrink step by step (the sender probes down without the ICMP's MTU) — slow recovery: seed 003's 100 KB/s." } else { "" }
+    ))
+    .remedy(Remedy::new("Let ICMP \"fragmentation needed\" (type 3 code 4) / ICMPv6 packet-too-big reach the sender; check every firewall in front of it too").on(s.sender_host.clone()).with_command("nft insert rule inet filter input icmp type destination-unreachable icmp code frag-needed accept"))
+    .remedy(Remedy::new("Let the sender's TCP find the MTU without ICMP after a black-hole timeout (RFC 4821); persist it in /etc/sysctl.d").on(s.sender_host.clone()).with_command("sysctl -w net.ipv4.tcp_mtu_probing=1"))
+    .remedy(Remedy::new("Clamp the MSS on the router in front of the small-MTU link so both ends announce a size that fits").on(Host::Router { hop: None, address: None }).with_command("nft add rule inet filter forward tcp flags syn tcp option maxseg size set rt mtu"));
+    out.push(f);
+    true
+}
+
+/// Capture-point artefacts worth knowing before reading sizes.
+fn offload_artefacts(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
+    let tx = s.tx;
+    if tx.segments_over_peer_mss == 0 {
+        return;
+    }
+    let mss = s.rx.syn_options.and_then(|o| o.mss).unwrap_or(0);
+    let f = finding(
+        c,
+        "capture-offload",
+        Status::Info,
+        format!(
+            "{} segments {} are larger than the {}'s MSS of {mss} B: captured on a host with segmentation offload",
+            tx.segments_over_peer_mss, s.dir.arrow(), s.receiver
+        ),
+    )
+    .direction(s.dir)
+    .evidence(Evidence::new("largest segment", Quantity::Bytes(u64::from(tx.max_segment_bytes))))
+    .evidence(Evidence::new("peer's MSS", Quantity::Bytes(u64::from(mss))))
+    .summary(format!(
+        "The capture tap sits before the NIC splits (TSO/GSO on the {}) or after it merges (GRO/LRO on the {}): sizes here are not wire sizes. Loss and window analysis are unaffected; for MTU questions capture on a router in between, or turn offload off while capturing (`ethtool -K IFACE tso off gso off gro off`).",
+        s.sender, s.receiver
+    ));
+    out.push(f);
+}
+
+/// Seed 001 across connections: between two hosts, one direction loses segments and the other
+/// does not (a duplex mismatch, a policer or a bad link in one direction).
+pub fn host_pair_loss(client: &str, server: &str, l: &HostPairLoss) -> Option<Finding> {
+    if l.data[0] < MIN_DATA_SEGMENTS || l.data[1] < MIN_DATA_SEGMENTS {
+        return None;
+    }
+    let p = [
+        l.retransmitted[0] as f64 / l.data[0] as f64,
+        l.retransmitted[1] as f64 / l.data[1] as f64,
+    ];
+    let (bad, good) = if p[0] >= p[1] { (0, 1) } else { (1, 0) };
+    if p[bad] < LOSS_WARN || p[good] * 4.0 >= p[bad] {
+        return None;
+    }
+    let arrow = |i: usize| {
+        if i == 0 {
+            "client→server"
+        } else {
+            "server→client"
+        }
+    };
+    let dir = if bad == 0 {
+        Direction::ClientToServer
+    } else {
+        Direction::ServerToClient
+    };
+    let f = Finding::new(
+        CHECK,
+        "loss-concentrated-one-direction",
+        Status::Fail,
+        format!(
+            "{client} ⇄ {server}: {:.1} % of segments lost {} but {:.2} % {} (over {} connections)",
+            p[bad] * 100.0,
+            arrow(bad),
+            p[good] * 100.0,
+            arrow(good),
+            l.connections
+        ),
+    )
+    .direction(dir)
+    .requirement("a healthy path loses alike (and well under 1 %) in both directions; loss in one direction only points at one link direction or device")
+    .evidence(Evidence::new(format!("{} retransmitted share", arrow(bad)), pct(p[bad])).with_detail(format!("{} of {} data segments", l.retransmitted[bad], l.data[bad])))
+    .evidence(Evidence::new(format!("{} retransmitted share", arrow(good)), pct(p[good])).with_detail(format!("{} of {} data segments", l.retransmitted[good], l.data[good])))
+    .evidence(Evidence::new(format!("best {} goodput", arrow(bad)), Quantity::Goodput(l.best_goodput[bad])))
+    .evidence(Evidence::new(format!("best {} goodput", arrow(good)), Quantity::Goodput(l.best_goodput[good])))
+    .summary(format!(
+        "Between {client} (client) and {server} (server), data {} is sent again {:.1} times as often as data {} ({:.2} % against {:.2} %){}. Loss confined to one direction is the signature of a duplex mismatch (the half-duplex end drops frames while it transmits), a policer on one side, or a faulty link, NIC or transceiver in one direction — not of congestion, which hits the busier direction of any path.",
+        arrow(bad),
+        p[bad] / p[good].max(1e-6),
+        arrow(good),
+        p[bad] * 100.0,
+        p[good] * 100.0,
+        if l.best_goodput[good] > 0.0 {
+            format!("; goodput {} vs {}", format_rate(l.best_goodput[bad]), format_rate(l.best_goodput[good]))
+        } else {
+            String::new()
+        }
+    ))
+    .remedy(
+        Remedy::new("Compare both ends of every link for a duplex mismatch and errors; both must autonegotiate (or be fixed to the same speed and duplex)")
+            .on(Host::BothEnds)
+            .with_command("ethtool IFACE | grep -E 'Speed|Duplex'; ip -s link show IFACE"),
+    )
+    .remedy(Remedy::new(format!("Look for a policer or a failing port in the {} direction", arrow(bad))).on(Host::Router { hop: None, address: None }));
+    Some(f)
+}

@@ -1,0 +1,22 @@
+//! Per-connection TCP analysis of packet captures and its diagnosis.
+//!
+//! - [`tcp`]: Wireshark's `tcp.analysis.*` classes, packet for packet, in O(1) state per direction.
+//! - [`conn`], [`stats`]: a connection's directions — counters, handshake options, windows, Karn
+//!   RTT, bytes in flight, TTLs, stalls, ICMP too-big, idle phases, how it ended.
+//! - [`analyzer`]: the streaming pass over a capture with a bounded connection table.
+//! - [`summary`]: the serialisable per-connection result (`data.analyze` of the JSON report).
+//! - [`diagnose`]: findings in pathdoc's report model.
+//! - [`compare`]: two captures of one path — which packets left one end and never arrived.
+
+pub mod analyzer;
+pub mod compare;
+pub mod conn;
+pub mod diagnose;
+pub mod flags;
+pub mod stats;
+pub mod summary;
+pub mod tcp;
+
+pub use analyzer::{Analyzer, CaptureAnalysis, Filter, Listed, Options, PacketRecord, Totals};
+pub use flags::Flags;
+pub use summary::ConnSummary;

@@ -1,0 +1,262 @@
+//! The serialisable result of analysing a capture: the `data.analyze` part of the JSON report
+//! (documented in docs/analyze.md). Units are in the field names (`_bytes`, `_s`, `_ms`,
+//! `_bps`); directions are from the client's point of view (the side that opened the connection).
+
+use serde::Serialize;
+
+use crate::conn::{Connection, IdlePhase};
+use crate::stats::{DirStats, FlagCounts, Stall, SynOptions};
+
+/// One direction of a connection.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DirSummary {
+    pub packets: u64,
+    pub data_packets: u64,
+    /// Payload bytes including retransmissions.
+    pub payload_bytes: u64,
+    /// Sequence space covered: payload without retransmissions.
+    pub unique_bytes: u64,
+    /// Unique payload bits per second between this side's first and last data segment.
+    pub goodput_bps: Option<f64>,
+    pub flags: FlagCounts,
+    pub syn_options: Option<SynOptions>,
+    pub max_segment_bytes: u32,
+    pub max_ip_packet_bytes: u32,
+    /// Largest IP packet of this side that the peer acknowledged (among timed segments).
+    pub max_acked_ip_packet_bytes: u32,
+    /// Data segments longer than the MSS the peer announced.
+    pub segments_over_peer_mss: u64,
+    /// Largest / smallest non-zero window this side advertised (scaled), bytes.
+    pub max_window_bytes: u64,
+    pub min_window_bytes: u64,
+    pub zero_window_s: f64,
+    pub longest_zero_window_s: f64,
+    /// Karn RTT samples of this side's data (capture point → receiver → capture point).
+    pub rtt_samples: u64,
+    pub rtt_min_ms: Option<f64>,
+    pub rtt_mean_ms: Option<f64>,
+    pub rtt_max_ms: Option<f64>,
+    pub max_bytes_in_flight: u64,
+    pub mean_bytes_in_flight: Option<f64>,
+    /// Share of data segments sent with ≥ 90 % of the peer's advertised window in flight.
+    pub at_window_fraction: Option<f64>,
+    pub usual_ttl: Option<u8>,
+    pub fins: u32,
+    pub rsts: u32,
+    pub rst_ttl: Option<u8>,
+    pub stall: Option<StallSummary>,
+    pub icmp_too_big: u32,
+    pub icmp_too_big_mtu: Option<u32>,
+    pub oversize_after_too_big: u64,
+}
+
+/// The same segment sent again and again.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StallSummary {
+    /// Relative sequence number.
+    pub seq: u32,
+    pub retransmissions: u32,
+    /// IP packet sizes of the first few retransmissions, in order.
+    pub sizes_bytes: Vec<u32>,
+    pub start_s: f64,
+    pub duration_s: f64,
+    pub resolved: bool,
+    /// Packets the peer sent during the stall.
+    pub peer_packets: u32,
+}
+
+/// What happened after the last long idle gap.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct IdleSummary {
+    pub idle_s: f64,
+    /// Seconds from the start of the capture to the end of the gap.
+    pub resumed_at_s: f64,
+    pub client: PhaseSideSummary,
+    pub server: PhaseSideSummary,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PhaseSideSummary {
+    pub packets: u32,
+    pub keepalives: u32,
+    pub retransmissions: u32,
+    pub data_packets: u32,
+    pub rst: bool,
+}
+
+/// How the connection ended.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "kebab-case")]
+pub enum EndState {
+    /// Both sides sent FIN.
+    Closed,
+    /// Only one side sent FIN.
+    HalfClosed { by: String },
+    /// A RST ended it.
+    Reset {
+        by: String,
+        ttl: u8,
+        usual_ttl: Option<u8>,
+    },
+    /// Still open when the capture ended.
+    Open,
+}
+
+/// One connection.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ConnSummary {
+    /// Stream index, as Wireshark's `tcp.stream`.
+    pub id: u64,
+    pub client: String,
+    pub server: String,
+    /// False when the handshake was not captured and the client was guessed (higher port).
+    pub client_known: bool,
+    pub ip_version: u8,
+    /// Capture time of the first packet, seconds since the Unix epoch.
+    pub start_epoch_s: f64,
+    pub duration_s: f64,
+    pub packets: u64,
+    pub syn_seen: bool,
+    pub syn_ack_seen: bool,
+    /// Raw first sequence numbers (the ISNs when the handshake was seen): they survive NAT and
+    /// identify the connection in another capture of the same path.
+    pub client_base_seq: u32,
+    pub server_base_seq: u32,
+    /// Handshake RTT at the capture point (Wireshark's iRTT).
+    pub handshake_rtt_ms: Option<f64>,
+    pub client_to_server: DirSummary,
+    pub server_to_client: DirSummary,
+    pub longest_gap_s: f64,
+    pub idle: Option<IdleSummary>,
+    pub end: EndState,
+}
+
+fn secs(ns: i64) -> f64 {
+    ns as f64 / 1e9
+}
+
+fn ms(ns: i64) -> f64 {
+    ns as f64 / 1e6
+}
+
+fn dir_summary(st: &DirStats) -> DirSummary {
+    let goodput = st.first_data_ns.and_then(|first| {
+        let dur = st.last_data_ns - first;
+        (dur > 0 && st.unique_bytes() > 0).then(|| st.unique_bytes() as f64 * 8.0 / secs(dur))
+    });
+    let stall = st.stall.as_ref().map(|s: &Stall| StallSummary {
+        seq: s.seq,
+        retransmissions: s.retransmissions,
+        sizes_bytes: s.sizes().to_vec(),
+        start_s: secs(s.first_ns),
+        duration_s: secs(s.last_ns - s.first_ns),
+        resolved: s.resolved,
+        peer_packets: s.peer_packets,
+    });
+    DirSummary {
+        packets: st.packets,
+        data_packets: st.data_packets,
+        payload_bytes: st.payload_bytes,
+        unique_bytes: st.unique_bytes(),
+        goodput_bps: goodput,
+        flags: st.flags,
+        syn_options: st.syn,
+        max_segment_bytes: st.max_payload,
+        max_ip_packet_bytes: st.max_ip_len,
+        max_acked_ip_packet_bytes: st.max_acked_ip_len,
+        segments_over_peer_mss: st.over_mss,
+        max_window_bytes: st.max_window,
+        min_window_bytes: st.min_window_nonzero,
+        zero_window_s: secs(st.zero_window_total_ns),
+        longest_zero_window_s: secs(st.zero_window_longest_ns),
+        rtt_samples: st.rtt.count,
+        rtt_min_ms: (st.rtt.count > 0).then(|| ms(st.rtt.min_ns)),
+        rtt_mean_ms: st.rtt.mean_ns().map(ms),
+        rtt_max_ms: (st.rtt.count > 0).then(|| ms(st.rtt.max_ns)),
+        max_bytes_in_flight: st.max_in_flight,
+        mean_bytes_in_flight: (st.in_flight_samples > 0)
+            .then(|| st.in_flight_sum as f64 / st.in_flight_samples as f64),
+        at_window_fraction: (st.in_flight_samples > 0)
+            .then(|| st.in_flight_at_window as f64 / st.in_flight_samples as f64),
+        usual_ttl: st.ttls.usual(),
+        fins: st.fin_count,
+        rsts: st.rst_count,
+        rst_ttl: st.rst_ttl,
+        stall,
+        icmp_too_big: st.too_big,
+        icmp_too_big_mtu: st.too_big_min_mtu,
+        oversize_after_too_big: st.oversize_after_too_big,
+    }
+}
+
+fn idle_summary(phase: &IdlePhase, client: usize, capture_start_ns: i64) -> IdleSummary {
+    let side = |d: usize| {
+        let s = &phase.sides[d];
+        PhaseSideSummary {
+            packets: s.packets,
+            keepalives: s.keepalives,
+            retransmissions: s.retransmissions,
+            data_packets: s.data_packets,
+            rst: s.rst,
+        }
+    };
+    IdleSummary {
+        idle_s: secs(phase.gap_ns),
+        resumed_at_s: secs(phase.gap_start_ns + phase.gap_ns - capture_start_ns),
+        client: side(client),
+        server: side(1 - client),
+    }
+}
+
+/// Summarise a finished connection. `capture_start_ns` anchors relative times.
+pub fn summarize(c: &Connection, capture_start_ns: i64) -> ConnSummary {
+    let (client, known) = c.client_dir();
+    let server = 1 - client;
+    let name = |d: usize| if d == client { "client" } else { "server" };
+    let end = {
+        let rst_side = (0..2)
+            .filter(|&d| c.dirs[d].rst_count > 0)
+            .min_by_key(|&d| c.dirs[d].first_rst_ns.unwrap_or(i64::MAX));
+        if let Some(d) = rst_side {
+            EndState::Reset {
+                by: name(d).into(),
+                ttl: c.dirs[d].rst_ttl.unwrap_or(0),
+                usual_ttl: c.dirs[d].ttls.usual(),
+            }
+        } else {
+            match (c.dirs[client].fin_count > 0, c.dirs[server].fin_count > 0) {
+                (true, true) => EndState::Closed,
+                (true, false) => EndState::HalfClosed {
+                    by: "client".into(),
+                },
+                (false, true) => EndState::HalfClosed {
+                    by: "server".into(),
+                },
+                (false, false) => EndState::Open,
+            }
+        }
+    };
+    ConnSummary {
+        id: c.id,
+        client: c.ends[client].to_string(),
+        server: c.ends[server].to_string(),
+        client_known: known,
+        ip_version: if c.ipv6() { 6 } else { 4 },
+        start_epoch_s: secs(c.first_ns),
+        duration_s: secs(c.last_ns - c.first_ns),
+        packets: c.frames,
+        syn_seen: c.saw_syn,
+        syn_ack_seen: c.saw_synack,
+        client_base_seq: c.state.flows[client].base_seq,
+        server_base_seq: c.state.flows[server].base_seq,
+        handshake_rtt_ms: (c.state.irtt_ns > 0).then(|| ms(c.state.irtt_ns)),
+        client_to_server: dir_summary(&c.dirs[client]),
+        server_to_client: dir_summary(&c.dirs[server]),
+        longest_gap_s: secs(c.longest_gap_ns),
+        idle: c
+            .idle
+            .as_ref()
+            .map(|p| idle_summary(p, client, capture_start_ns)),
+        end,
+    }
+}

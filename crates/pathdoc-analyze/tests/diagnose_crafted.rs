@@ -1,0 +1,227 @@
+//! Diagnoses that the lab scenarios do not produce, from crafted captures: a RST forged by a
+//! middlebox (TTL mismatch), a zero-window stall, ICMP too-big ignored by a sender that shrinks
+//! its retransmissions step by step (seed 003), and a handshake-less connection still analysed.
+
+use etherparse::PacketBuilder;
+use pathdoc_analyze::{Analyzer, Options};
+use pathdoc_capture::source::{from_reader, InputKind};
+use pathdoc_capture::write::{pcap, Frame};
+use pathdoc_capture::CaptureReader;
+use pathdoc_core::{Direction, Finding, Status};
+
+const C: [u8; 4] = [192, 168, 1, 100];
+const S: [u8; 4] = [203, 0, 113, 10];
+const T0: i64 = 1_700_000_000_000_000_000;
+
+#[allow(clippy::too_many_arguments)]
+fn tcp(
+    ms: i64,
+    from_client: bool,
+    seq: u32,
+    ack: u32,
+    flags: &str,
+    win: u16,
+    len: usize,
+    ttl: u8,
+) -> Frame {
+    let (src, dst, sp, dp) = if from_client {
+        (C, S, 40000, 443)
+    } else {
+        (S, C, 443, 40000)
+    };
+    let mut b = PacketBuilder::ethernet2([2; 6], [4; 6])
+        .ipv4(src, dst, ttl)
+        .tcp(sp, dp, seq, win);
+    for c in flags.chars() {
+        b = match c {
+            'S' => b.syn(),
+            'A' => b.ack(ack),
+            'R' => b.rst(),
+            'F' => b.fin(),
+            _ => b,
+        };
+    }
+    let mut out = Vec::new();
+    b.write(&mut out, &vec![0u8; len]).unwrap();
+    Frame::new(T0 + ms * 1_000_000, out)
+}
+
+fn findings(frames: &[Frame]) -> Vec<Finding> {
+    let bytes = pcap(1, frames, false, false);
+    let input = from_reader(
+        "mem",
+        InputKind::File,
+        None,
+        Box::new(std::io::Cursor::new(bytes)),
+    );
+    let mut r = CaptureReader::new(input).unwrap();
+    let mut a = Analyzer::new(Options {
+        list_all: true,
+        ..Options::default()
+    });
+    while let Some(p) = r.next_packet().unwrap() {
+        a.process(&p);
+    }
+    let res = a.finish();
+    res.listed.into_iter().flat_map(|l| l.findings).collect()
+}
+
+fn handshake() -> Vec<Frame> {
+    vec![
+        tcp(0, true, 1000, 0, "S", 64240, 0, 64),
+        tcp(10, false, 5000, 1001, "SA", 65160, 0, 52),
+        tcp(20, true, 1001, 5001, "A", 502, 0, 64),
+    ]
+}
+
+#[test]
+fn forged_rst_is_named_by_its_ttl() {
+    let mut f = handshake();
+    for i in 0..5u32 {
+        f.push(tcp(
+            30 + i as i64,
+            true,
+            1001 + i * 100,
+            5001,
+            "A",
+            502,
+            100,
+            64,
+        ));
+        f.push(tcp(
+            40 + i as i64,
+            false,
+            5001,
+            1101 + i * 100,
+            "A",
+            500,
+            0,
+            52,
+        ));
+    }
+    // "From the server", but 3 hops closer than the server's packets.
+    f.push(tcp(100, false, 5001, 1501, "RA", 0, 0, 61));
+    let all = findings(&f);
+    let rst = all
+        .iter()
+        .find(|x| x.id == "rst-injected")
+        .unwrap_or_else(|| panic!("{all:#?}"));
+    assert_eq!(rst.status, Status::Fail);
+    assert_eq!(rst.direction, Some(Direction::ServerToClient));
+    assert!(
+        rst.title.contains("TTL 61") && rst.title.contains("TTL 52"),
+        "{}",
+        rst.title
+    );
+    // The same RST with the server's own TTL is an ordinary reset.
+    let n = f.len();
+    f[n - 1] = tcp(100, false, 5001, 1501, "RA", 0, 0, 52);
+    assert!(findings(&f).iter().all(|x| x.id != "rst-injected"));
+}
+
+#[test]
+fn zero_window_stall_blames_the_receiving_application() {
+    let mut f = handshake();
+    f.push(tcp(30, true, 1001, 5001, "A", 502, 1000, 64));
+    f.push(tcp(31, false, 5001, 2001, "A", 0, 0, 52));
+    // probes every second for three seconds, the window stays shut
+    for i in 0..3u32 {
+        f.push(tcp(
+            1031 + i as i64 * 1000,
+            true,
+            2001,
+            5001,
+            "A",
+            502,
+            1,
+            64,
+        ));
+        f.push(tcp(
+            1032 + i as i64 * 1000,
+            false,
+            5001,
+            2001,
+            "A",
+            0,
+            0,
+            52,
+        ));
+    }
+    f.push(tcp(4500, false, 5001, 2001, "A", 500, 0, 52));
+    let all = findings(&f);
+    let z = all
+        .iter()
+        .find(|x| x.id == "zero-window-stall")
+        .unwrap_or_else(|| panic!("{all:#?}"));
+    assert_eq!(z.direction, Some(Direction::ClientToServer));
+    assert!(
+        z.title.contains("the server stopped reading"),
+        "{}",
+        z.title
+    );
+}
+
+#[test]
+fn too_big_ignored_and_shrinking_retransmissions() {
+    let mut f = handshake();
+    // The server sends 1448-byte segments; a router answers each with "fragmentation needed,
+    // MTU 1420"; the server keeps resending, 40 bytes smaller each time (seed 003).
+    let icmp_for = |ms: i64, quoted: &Frame| {
+        let mut body = vec![3u8, 4, 0, 0, 0, 0, 0x05, 0x8c];
+        body.extend_from_slice(&quoted.data[14..14 + 28]);
+        let mut out = Vec::new();
+        PacketBuilder::ethernet2([2; 6], [4; 6])
+            .ipv4([100, 64, 1, 1], S, 63)
+            .write(&mut out, etherparse::IpNumber::ICMP, &body)
+            .unwrap();
+        Frame::new(T0 + ms * 1_000_000, out)
+    };
+    let first = tcp(30, false, 5001, 1001, "A", 500, 1448, 64);
+    let icmp = icmp_for(31, &first);
+    f.push(first);
+    f.push(icmp);
+    let mut size = 1448;
+    for i in 1..7i64 {
+        size -= 40;
+        let seg = tcp(30 + i * 300, false, 5001, 1001, "A", 500, size, 64);
+        let icmp = icmp_for(31 + i * 300, &seg);
+        f.push(seg);
+        if size + 40 > 1380 {
+            f.push(icmp);
+        }
+        f.push(tcp(35 + i * 300, true, 1001, 5001, "A", 502, 0, 64));
+    }
+    let all = findings(&f);
+    let t = all
+        .iter()
+        .find(|x| x.id == "pmtud-too-big-ignored")
+        .unwrap_or_else(|| panic!("{all:#?}"));
+    assert_eq!(t.direction, Some(Direction::ServerToClient));
+    assert!(t.title.contains("MTU 1420"), "{}", t.title);
+    assert!(
+        t.summary.contains("shrinking them step by step"),
+        "{}",
+        t.summary
+    );
+}
+
+#[test]
+fn connection_without_handshake_is_analysed() {
+    // Mid-stream: 200 data segments client→server with every 20th sent twice.
+    let mut f = Vec::new();
+    let mut seq = 7_000_000u32;
+    for i in 0..200i64 {
+        f.push(tcp(i, true, seq, 9000, "A", 502, 1000, 64));
+        if i % 20 == 5 {
+            f.push(tcp(i, true, seq, 9000, "A", 502, 1000, 64));
+        }
+        seq += 1000;
+        f.push(tcp(i, false, 9000, seq, "A", 500, 0, 52));
+    }
+    let all = findings(&f);
+    let loss = all
+        .iter()
+        .find(|x| x.id == "tcp-loss-one-direction")
+        .unwrap_or_else(|| panic!("{all:#?}"));
+    assert_eq!(loss.direction, Some(Direction::ClientToServer));
+}

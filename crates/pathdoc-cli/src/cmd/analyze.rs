@@ -1,0 +1,499 @@
+//! `pathdoc analyze CAPTURE [FAR_CAPTURE]`: read tcpdump/Wireshark captures and diagnose the TCP
+//! connections in them. The work is done by `pathdoc-capture` (reading) and `pathdoc-analyze`
+//! (analysis, findings, two-capture comparison); this module parses flags, shows progress,
+//! handles Ctrl-C, and renders.
+
+use std::io::{IsTerminal, Write};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Args;
+use pathdoc_analyze::analyzer::{CaptureAnalysis, Filter, Options, PacketRecord};
+use pathdoc_analyze::compare;
+use pathdoc_analyze::{Analyzer, Flags};
+use pathdoc_capture::{CaptureError, CaptureReader};
+use pathdoc_core::units::{format_bytes, format_duration};
+use pathdoc_core::{Evidence, Finding, Progress, Quantity, Report, Status};
+use serde_json::json;
+
+use crate::output;
+use crate::progress::TerminalProgress;
+use crate::Global;
+
+#[derive(Args, Debug)]
+pub struct AnalyzeArgs {
+    /// Capture file(s): pcap or pcapng, optionally gzip-compressed; `-` reads standard input.
+    /// Two files of the same path (e.g. client side and server side) are compared packet by packet.
+    #[arg(required = true, num_args = 1..=2, value_name = "CAPTURE")]
+    captures: Vec<String>,
+    /// Only connections with this stream index (as Wireshark's tcp.stream; repeatable).
+    #[arg(long = "conn", value_name = "STREAM")]
+    conn: Vec<u64>,
+    /// Only connections with this address at either end.
+    #[arg(long, value_name = "ADDRESS")]
+    host: Option<IpAddr>,
+    /// Only connections with this port at either end.
+    #[arg(long, value_name = "PORT")]
+    port: Option<u16>,
+    /// List every connection, healthy ones too.
+    #[arg(long)]
+    all: bool,
+    /// Print Wireshark's tcp.analysis flags of every TCP packet as a tab-separated table instead
+    /// of the report (columns: frame, time, stream, src, dst, seq, ack, len, tcp flags,
+    /// analysis flags, dup-ACK number).
+    #[arg(long, conflicts_with_all = ["json", "report"])]
+    flags: bool,
+    #[command(flatten)]
+    html: super::report_html::HtmlReportArgs,
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+pub fn run(args: AnalyzeArgs, global: Global) -> anyhow::Result<i32> {
+    let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst));
+    // A bad --report path fails now, not after minutes of reading.
+    args.html.prepare()?;
+    if args.captures.len() == 2 {
+        return run_pair(&args, global);
+    }
+    let name = &args.captures[0];
+    let progress = TerminalProgress::new(global);
+    let filter = Filter {
+        ids: args.conn.clone(),
+        host: args.host,
+        port: args.port,
+    };
+    let opts = Options {
+        filter,
+        list_all: args.all,
+        ..Options::default()
+    };
+    let mut flags_out = args.flags.then(FlagsTable::new);
+    let pass = analyze_file(name, opts, &progress, flags_out.as_mut())?;
+    progress.finish();
+    warn_damage(&pass);
+    if let Some(mut t) = flags_out {
+        t.flush();
+        let report = build_report(&[pass], None);
+        return Ok(exit_code(&report));
+    }
+    let report = build_report(&[pass], None);
+    render(&report, global);
+    super::report_capture::write_html(&args.html, &args.captures, &report)?;
+    Ok(exit_code(&report))
+}
+
+/// A damaged capture is also said on stderr, whatever the report shows.
+fn warn_damage(pass: &Pass) {
+    if let Some(e) = &pass.error {
+        eprintln!("pathdoc: warning: {e}");
+    }
+}
+
+fn exit_code(report: &Report) -> i32 {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        130
+    } else {
+        report.exit_code()
+    }
+}
+
+/// The outcome of reading one capture.
+pub struct Pass {
+    pub name: String,
+    pub format: String,
+    pub analysis: CaptureAnalysis,
+    pub error: Option<CaptureError>,
+    pub interrupted: bool,
+    pub elapsed_s: f64,
+    pub bytes_read: u64,
+}
+
+/// Read and analyse one capture, streaming `--flags` rows when asked.
+pub fn analyze_file(
+    name: &str,
+    opts: Options,
+    progress: &dyn Progress,
+    mut flags: Option<&mut FlagsTable>,
+) -> anyhow::Result<Pass> {
+    let mut reader = CaptureReader::open(name).map_err(anyhow::Error::new)?;
+    let format = match reader.format() {
+        pathdoc_capture::CaptureFormat::Pcap {
+            nanosecond,
+            big_endian,
+        } => format!(
+            "pcap ({}, {})",
+            if nanosecond { "ns" } else { "µs" },
+            if big_endian {
+                "big-endian"
+            } else {
+                "little-endian"
+            }
+        ),
+        pathdoc_capture::CaptureFormat::PcapNg => "pcapng".into(),
+    };
+    let mut analyzer = Analyzer::new(opts);
+    let started = Instant::now();
+    let mut last_progress = Instant::now();
+    let mut error = None;
+    let mut interrupted = false;
+    loop {
+        let packet = match reader.next_packet() {
+            Ok(Some(p)) => p,
+            Ok(None) => break,
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        };
+        let record = analyzer.process(&packet);
+        let number = packet.number;
+        if let (Some(table), Some(r)) = (flags.as_deref_mut(), record) {
+            if !table.row(&r) {
+                break; // stdout closed (e.g. `| head`): nothing more to print
+            }
+        }
+        if number & 8191 == 0 {
+            if INTERRUPTED.load(Ordering::Relaxed) {
+                interrupted = true;
+                break;
+            }
+            if last_progress.elapsed().as_millis() >= 250 {
+                last_progress = Instant::now();
+                let (done, size) = reader.progress();
+                let rate = number as f64 / started.elapsed().as_secs_f64().max(1e-3);
+                let share = size
+                    .filter(|s| *s > 0)
+                    .map(|s| format!(" ({:.0} %)", done as f64 * 100.0 / s as f64))
+                    .unwrap_or_default();
+                progress.status(&format!(
+                    "{name}: {} read{share}, {} packets ({:.0} k/s), {} connections open",
+                    format_bytes(done),
+                    number,
+                    rate / 1e3,
+                    analyzer.active()
+                ));
+            }
+        }
+    }
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        interrupted = true;
+    }
+    let bytes_read = reader.progress().0;
+    Ok(Pass {
+        name: name.to_string(),
+        format,
+        analysis: analyzer.finish(),
+        error,
+        interrupted,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        bytes_read,
+    })
+}
+
+/// Findings of one or two passes plus the capture-level ones, and the `data.analyze` document.
+fn build_report(passes: &[Pass], comparison: Option<compare::Comparison>) -> Report {
+    let target = passes
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect::<Vec<_>>()
+        .join(" + ");
+    let mut report = Report::new("analyze", target);
+    let mut captures = Vec::new();
+    for (i, p) in passes.iter().enumerate() {
+        let side = if passes.len() == 2 {
+            if i == 0 {
+                " (near)"
+            } else {
+                " (far)"
+            }
+        } else {
+            ""
+        };
+        let t = &p.analysis.totals;
+        if let Some(e) = &p.error {
+            report.findings.push(damage_finding(p, e, side));
+        }
+        if p.interrupted {
+            report.findings.push(
+                Finding::new(
+                    "analyze",
+                    "analysis-interrupted",
+                    Status::Inconclusive,
+                    format!(
+                        "analysis of {}{side} interrupted after {} packets",
+                        p.name, t.packets
+                    ),
+                )
+                .summary("Interrupted (Ctrl-C): the results cover the packets read until then."),
+            );
+        }
+        if t.tcp_packets == 0 && p.error.is_none() {
+            report.findings.push(
+                Finding::new(
+                    "analyze",
+                    "no-tcp",
+                    Status::Inconclusive,
+                    format!("{}{side}: no TCP packets among its {} packets", p.name, t.packets),
+                )
+                .summary("Nothing to analyse: the capture holds no TCP (check the capture filter and interface; link types other than Ethernet, Linux cooked, raw IP and loopback are not decoded).")
+                .evidence(Evidence::new("packets", Quantity::Count(t.packets)))
+                .evidence(Evidence::new("not IP or unsupported link type", Quantity::Count(t.non_ip_packets + t.unsupported_link_packets))),
+            );
+        }
+        if comparison.is_none() || i == 0 {
+            for l in &p.analysis.listed {
+                report.findings.extend(l.findings.iter().cloned());
+            }
+            report
+                .findings
+                .extend(p.analysis.host_findings.iter().cloned());
+        }
+        if t.connections > 0 {
+            report.findings.push(overview_finding(p, side));
+        }
+        captures.push(json!({
+            "file": p.name,
+            "format": p.format,
+            "totals": t,
+            "bytes_read": p.bytes_read,
+            "elapsed_s": p.elapsed_s,
+            "error": p.error.as_ref().map(|e| e.to_string()),
+            "error_offset": p.error.as_ref().and_then(|e| e.offset()),
+            "interrupted": p.interrupted,
+            "connections": p.analysis.listed.iter().map(|l| &l.summary).collect::<Vec<_>>(),
+            "icmp": p.analysis.icmp,
+            "unlisted_findings": p.analysis.unlisted_finding_ids.iter().map(|(id, n)| json!({"id": id, "connections": n})).collect::<Vec<_>>(),
+        }));
+    }
+    if let Some(c) = &comparison {
+        report.findings.extend(compare::findings(c));
+    }
+    report.data.insert(
+        "analyze".into(),
+        json!({
+            "captures": captures,
+            "comparison": comparison,
+        }),
+    );
+    // Problems first, then the rest, in a stable order.
+    report
+        .findings
+        .sort_by_key(|f| std::cmp::Reverse(status_rank(f.status)));
+    report
+}
+
+fn status_rank(s: Status) -> u8 {
+    match s {
+        Status::Fail => 5,
+        Status::Warn => 4,
+        Status::Inconclusive => 3,
+        Status::Info => 2,
+        Status::Pass => 1,
+    }
+}
+
+fn damage_finding(p: &Pass, e: &CaptureError, side: &str) -> Finding {
+    let truncated = matches!(e, CaptureError::Truncated { .. });
+    Finding::new(
+        "analyze",
+        if truncated {
+            "capture-truncated"
+        } else {
+            "capture-damaged"
+        },
+        if truncated {
+            Status::Info
+        } else {
+            Status::Inconclusive
+        },
+        format!(
+            "{}{side} {} at byte {}: analysed the {} packets before it",
+            p.name,
+            if truncated {
+                "ends mid-packet"
+            } else {
+                "is damaged"
+            },
+            e.offset().unwrap_or(0),
+            p.analysis.totals.packets
+        ),
+    )
+    .summary(e.to_string())
+    .evidence(Evidence::new(
+        "byte offset of the damage",
+        Quantity::Count(e.offset().unwrap_or(0)),
+    ))
+    .evidence(Evidence::new(
+        "packets analysed",
+        Quantity::Count(p.analysis.totals.packets),
+    ))
+}
+
+fn overview_finding(p: &Pass, side: &str) -> Finding {
+    let t = &p.analysis.totals;
+    let dur = match (t.first_epoch_s, t.last_epoch_s) {
+        (Some(a), Some(b)) if b >= a => b - a,
+        _ => 0.0,
+    };
+    let status = if t.connections_with_findings > 0 {
+        Status::Info
+    } else {
+        Status::Pass
+    };
+    Finding::new(
+        "analyze",
+        "capture-overview",
+        status,
+        format!(
+            "{}{side}: {} TCP connections, {} with findings, {} healthy",
+            p.name, t.connections, t.connections_with_findings, t.healthy_connections
+        ),
+    )
+    .summary(format!(
+        "{} packets ({} TCP, {} ICMP too-big) over {}; Wireshark's flags over all connections: {} retransmissions ({} fast, {} spurious), {} out-of-order, {} duplicate ACKs, {} previous segments not captured, {} zero windows, {} keep-alives.",
+        t.packets,
+        t.tcp_packets,
+        t.icmp_too_big,
+        format_duration(std::time::Duration::from_secs_f64(dur)),
+        t.flags.retransmission + t.flags.fast_retransmission + t.flags.spurious_retransmission,
+        t.flags.fast_retransmission,
+        t.flags.spurious_retransmission,
+        t.flags.out_of_order,
+        t.flags.duplicate_ack,
+        t.flags.lost_segment,
+        t.flags.zero_window,
+        t.flags.keep_alive
+    ))
+    .evidence(Evidence::new("packets", Quantity::Count(t.packets)))
+    .evidence(Evidence::new("TCP connections", Quantity::Count(t.connections)))
+    .evidence(Evidence::new("capture duration", Quantity::Seconds(dur)))
+}
+
+fn render(report: &Report, global: Global) {
+    if global.json {
+        output::print_report(report, global);
+        return;
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = write!(out, "{}", output::render_text(report));
+}
+
+/// `--flags` output: one tab-separated row per TCP packet, flushed in large writes.
+pub struct FlagsTable {
+    out: std::io::BufWriter<std::io::Stdout>,
+    broken: bool,
+}
+
+impl FlagsTable {
+    fn new() -> Self {
+        let mut t = FlagsTable {
+            out: std::io::BufWriter::with_capacity(1 << 16, std::io::stdout()),
+            broken: false,
+        };
+        let _ = writeln!(
+            t.out,
+            "frame\ttime\tstream\tsrc\tdst\tseq\tack\tlen\ttcp_flags\tanalysis\tdupack"
+        );
+        t
+    }
+
+    /// Write a row; false once stdout is closed.
+    fn row(&mut self, r: &PacketRecord) -> bool {
+        if self.broken {
+            return false;
+        }
+        let res = writeln!(
+            self.out,
+            "{}\t{}.{:09}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            r.number,
+            r.ts_ns.div_euclid(1_000_000_000),
+            r.ts_ns.rem_euclid(1_000_000_000),
+            r.stream,
+            r.src,
+            r.dst,
+            r.rel_seq,
+            r.rel_ack,
+            r.seg_len,
+            tcp_flags(r.tcp_flags),
+            r.flags,
+            if r.flags.has(Flags::DUPLICATE_ACK) {
+                r.dupack_num.to_string()
+            } else {
+                "-".into()
+            }
+        );
+        if res.is_err() {
+            self.broken = true;
+        }
+        !self.broken
+    }
+
+    fn flush(&mut self) {
+        let _ = self.out.flush();
+    }
+}
+
+fn tcp_flags(f: u16) -> String {
+    const NAMES: [(u16, char); 8] = [
+        (0x080, 'C'),
+        (0x040, 'E'),
+        (0x020, 'U'),
+        (0x010, 'A'),
+        (0x008, 'P'),
+        (0x004, 'R'),
+        (0x002, 'S'),
+        (0x001, 'F'),
+    ];
+    let s: String = NAMES
+        .iter()
+        .map(|(bit, c)| if f & bit != 0 { *c } else { '.' })
+        .collect();
+    s
+}
+
+/// Two captures of one path: analyse both, then match connections and compare packets.
+fn run_pair(args: &AnalyzeArgs, global: Global) -> anyhow::Result<i32> {
+    if args.flags {
+        anyhow::bail!("--flags reads one capture at a time");
+    }
+    if args.captures.iter().any(|c| c == "-") {
+        anyhow::bail!("comparing two captures needs two files (each is read twice); standard input cannot be one of them");
+    }
+    let progress = TerminalProgress::new(global);
+    let mut passes = Vec::new();
+    for name in &args.captures {
+        let opts = Options {
+            filter: Filter {
+                ids: Vec::new(),
+                host: args.host,
+                port: args.port,
+            },
+            list_all: true,
+            ..Options::default()
+        };
+        passes.push(analyze_file(name, opts, &progress, None)?);
+    }
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let _ = &interrupted;
+    progress.status("matching connections and packets across the two captures");
+    let comparison = compare::compare_files(
+        &args.captures[0],
+        &args.captures[1],
+        &passes[0].analysis,
+        &passes[1].analysis,
+        &args.conn,
+        &|| INTERRUPTED.load(Ordering::Relaxed),
+    )
+    .context("comparing the two captures")?;
+    progress.finish();
+    passes.iter().for_each(warn_damage);
+    let report = build_report(&passes, Some(comparison));
+    render(&report, global);
+    super::report_capture::write_html(&args.html, &args.captures, &report)?;
+    let _ = std::io::stderr().is_terminal();
+    Ok(exit_code(&report))
+}

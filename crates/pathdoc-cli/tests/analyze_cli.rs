@@ -1,0 +1,190 @@
+//! `pathdoc analyze` as a user runs it, on small crafted captures: exit codes, messages naming
+//! the byte offset of damage, standard input, gzip, `--flags`, `--json`, filters, and two
+//! captures refusing standard input. No lab needed.
+
+mod support;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use pathdoc_capture::write::{pcap, Frame};
+use support::PATHDOC;
+
+fn tcp(seq: u32, ack: u32, flags: &str, len: usize, from_client: bool, ms: i64) -> Frame {
+    let (src, dst, sp, dp) = if from_client {
+        ([192, 168, 1, 100], [203, 0, 113, 10], 40000, 22)
+    } else {
+        ([203, 0, 113, 10], [192, 168, 1, 100], 22, 40000)
+    };
+    let mut b = etherparse::PacketBuilder::ethernet2([2; 6], [4; 6])
+        .ipv4(src, dst, 64)
+        .tcp(sp, dp, seq, 500);
+    for c in flags.chars() {
+        b = match c {
+            'S' => b.syn(),
+            'A' => b.ack(ack),
+            'F' => b.fin(),
+            _ => b,
+        };
+    }
+    let mut out = Vec::new();
+    b.write(&mut out, &vec![0u8; len]).unwrap();
+    Frame::new(1_700_000_000_000_000_000 + ms * 1_000_000, out)
+}
+
+fn healthy() -> Vec<u8> {
+    let frames = vec![
+        tcp(1000, 0, "S", 0, true, 0),
+        tcp(5000, 1001, "SA", 0, false, 1),
+        tcp(1001, 5001, "A", 0, true, 2),
+        tcp(1001, 5001, "A", 100, true, 3),
+        tcp(5001, 1101, "A", 0, false, 4),
+        tcp(1101, 5001, "FA", 0, true, 5),
+        tcp(5001, 1102, "FA", 0, false, 6),
+        tcp(1102, 5002, "A", 0, true, 7),
+    ];
+    pcap(1, &frames, false, false)
+}
+
+fn scratch(name: &str, bytes: &[u8]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("pathdoc-analyze-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let mut cmd = Command::new(PATHDOC);
+    cmd.args(args);
+    support::run(cmd, Duration::from_secs(60))
+}
+
+#[test]
+fn healthy_capture_exits_0_and_counts_the_connection() {
+    let f = scratch("ok.pcap", &healthy());
+    let (code, out, _) = run(&["analyze", f.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("1 TCP connections, 0 with findings, 1 healthy"),
+        "{out}"
+    );
+    let (code, out, err) = run(&["analyze", "--json", f.to_str().unwrap()]);
+    let r = support::parse_report(code, &out, &err);
+    assert_eq!(r["command"], "analyze");
+    assert_eq!(
+        r["data"]["analyze"]["captures"][0]["totals"]["connections"],
+        1
+    );
+}
+
+#[test]
+fn unreadable_inputs_exit_2_with_a_clear_message() {
+    let empty = scratch("empty.pcap", b"");
+    let text = scratch("notes.txt", b"hello, this is not a capture\n");
+    for (path, want) in [
+        ("/nonexistent/x.pcap", "cannot open /nonexistent/x.pcap"),
+        (empty.to_str().unwrap(), "is empty"),
+        (
+            text.to_str().unwrap(),
+            "not a pcap or pcapng capture (first bytes: 68 65 6c 6c",
+        ),
+    ] {
+        let (code, out, err) = run(&["analyze", path]);
+        assert_eq!(code, 2, "{path}: {out}{err}");
+        assert!(err.contains(want), "{path}: {err}");
+        assert!(
+            err.matches("No such file").count() <= 1,
+            "the cause is said once: {err}"
+        );
+    }
+}
+
+#[test]
+fn truncated_capture_keeps_its_packets_and_names_the_offset() {
+    let full = healthy();
+    let cut = &full[..full.len() - 20];
+    let f = scratch("cut.pcap", cut);
+    let (code, out, err) = run(&["analyze", "--json", f.to_str().unwrap()]);
+    let r = support::parse_report(code, &out, &err);
+    let cap = &r["data"]["analyze"]["captures"][0];
+    assert_eq!(cap["totals"]["packets"], 7, "{r:#}");
+    let offset = cap["error_offset"].as_u64().unwrap();
+    assert!(offset > 24 && offset < full.len() as u64, "{offset}");
+    assert!(err.contains(&format!("byte {offset}")), "{err}");
+    assert!(support::find(&r, "capture-truncated").is_some(), "{r:#}");
+}
+
+#[test]
+fn stdin_gzip_flags_and_filters() {
+    let bytes = healthy();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&bytes).unwrap();
+    let gz = gz.finish().unwrap();
+    let mut child = Command::new(PATHDOC)
+        .args(["analyze", "--flags", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&gz).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("frame\ttime\tstream"), "{text}");
+    assert_eq!(lines.len(), 9, "{text}");
+    assert!(
+        lines[1].contains("192.168.1.100:40000\t203.0.113.10:22\t0\t0\t0\t......S."),
+        "{text}"
+    );
+
+    let f = scratch("f.pcap", &bytes);
+    let (_, out, err) = run(&[
+        "analyze",
+        "--json",
+        "--all",
+        "--port",
+        "22",
+        f.to_str().unwrap(),
+    ]);
+    let r = support::parse_report(0, &out, &err);
+    assert_eq!(
+        r["data"]["analyze"]["captures"][0]["connections"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let (_, out, err) = run(&["analyze", "--json", "--port", "80", f.to_str().unwrap()]);
+    let r = support::parse_report(0, &out, &err);
+    assert!(r["data"]["analyze"]["captures"][0]["connections"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn two_captures_need_files() {
+    let f = scratch("a.pcap", &healthy());
+    let (code, _, err) = run(&["analyze", f.to_str().unwrap(), "-"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("standard input cannot be one of them"),
+        "{err}"
+    );
+    // The same capture twice matches its one connection and loses nothing.
+    let (code, out, err) = run(&[
+        "analyze",
+        "--json",
+        f.to_str().unwrap(),
+        f.to_str().unwrap(),
+    ]);
+    let r = support::parse_report(code, &out, &err);
+    let pairs = r["data"]["analyze"]["comparison"]["pairs"]
+        .as_array()
+        .unwrap();
+    assert_eq!(pairs.len(), 1, "{r:#}");
+    assert_eq!(pairs[0]["directions"][0]["lost"], 0);
+    assert_eq!(pairs[0]["nat"], false);
+}

@@ -1,0 +1,482 @@
+//! End-to-end: captures recorded in the lab (tcpdump in the hosts' namespaces, seconds of real
+//! traffic), analysed by the real `pathdoc analyze` and checked against the real `tshark`:
+//! Wireshark's tcp.analysis flags must agree packet for packet, and each scenario must get its
+//! diagnosis (and the clean one none).
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use pathdoc_lab::capture::{self, CaptureOptions, KeepaliveSide, RunningCapture};
+use pathdoc_lab::traffic;
+use pathdoc_lab::{Lab, Topology};
+use serde_json::Value;
+use support::{opts, Cleanup, PATHDOC};
+
+/// Lab prefix stem of this file.
+const STEM: &str = "pda";
+
+/// A scratch directory removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(test: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("pathdoc-analyze-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(p)
+    }
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::env::var_os("PATHDOC_KEEP_CAPTURES").is_some() {
+            eprintln!("captures kept in {}", self.0.display());
+            return;
+        }
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn start(lab: &Lab, host: &str, path: &Path) -> RunningCapture {
+    capture::start(
+        lab,
+        host,
+        None,
+        path,
+        &CaptureOptions {
+            snaplen: 128,
+            filter: Some("tcp or icmp".into()),
+        },
+    )
+    .expect("start tcpdump")
+}
+
+const FLAG_NAMES: [&str; 15] = [
+    "retransmission",
+    "fast_retransmission",
+    "spurious_retransmission",
+    "out_of_order",
+    "lost_segment",
+    "ack_lost_segment",
+    "duplicate_ack",
+    "zero_window",
+    "zero_window_probe",
+    "zero_window_probe_ack",
+    "window_full",
+    "window_update",
+    "keep_alive",
+    "keep_alive_ack",
+    "reused_ports",
+];
+
+type PerFrame = BTreeMap<u64, (u64, BTreeSet<String>)>;
+
+fn tshark_flags(file: &Path) -> PerFrame {
+    let mut cmd = Command::new("tshark");
+    cmd.args(["-n", "-r"]).arg(file).args([
+        "-Y",
+        // ICMP errors quoting a TCP header match `tcp` in tshark (with the quoted stream's
+        // number); `--flags` lists TCP segments only.
+        "tcp && !icmp && !icmpv6",
+        "-T",
+        "fields",
+        "-E",
+        "separator=\t",
+        "-e",
+        "frame.number",
+        "-e",
+        "tcp.stream",
+    ]);
+    for n in FLAG_NAMES {
+        cmd.args(["-e", &format!("tcp.analysis.{n}")]);
+    }
+    let out = cmd.output().expect("run tshark (apt-get install tshark)");
+    assert!(
+        out.status.success(),
+        "tshark: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut m = PerFrame::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let cols: Vec<&str> = line.split('\t').collect();
+        let frame: u64 = cols[0].parse().unwrap();
+        let stream: u64 = cols[1].parse().unwrap_or(u64::MAX);
+        let flags = FLAG_NAMES
+            .iter()
+            .zip(cols.iter().skip(2))
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(n, _)| n.to_string())
+            .collect();
+        m.insert(frame, (stream, flags));
+    }
+    m
+}
+
+fn pathdoc_flags(file: &Path) -> PerFrame {
+    let out = Command::new(PATHDOC)
+        .args(["analyze", "--flags"])
+        .arg(file)
+        .output()
+        .unwrap();
+    let mut m = PerFrame::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines().skip(1) {
+        let cols: Vec<&str> = line.split('\t').collect();
+        let flags = if cols[9] == "-" {
+            BTreeSet::new()
+        } else {
+            cols[9].split(',').map(str::to_string).collect()
+        };
+        m.insert(cols[0].parse().unwrap(), (cols[2].parse().unwrap(), flags));
+    }
+    m
+}
+
+/// Per packet, pathdoc's flags and stream numbers equal tshark's; returns the flag counts.
+fn assert_agrees_with_tshark(file: &Path) -> BTreeMap<String, u64> {
+    let theirs = tshark_flags(file);
+    let ours = pathdoc_flags(file);
+    assert!(!theirs.is_empty(), "no TCP in {}", file.display());
+    let mut diffs = Vec::new();
+    for frame in theirs.keys().chain(ours.keys()).collect::<BTreeSet<_>>() {
+        let (a, b) = (theirs.get(frame), ours.get(frame));
+        if a != b {
+            diffs.push(format!("frame {frame}: tshark {a:?}, pathdoc {b:?}"));
+        }
+    }
+    assert!(
+        diffs.is_empty(),
+        "{}: {} of {} frames differ:\n{}",
+        file.display(),
+        diffs.len(),
+        theirs.len(),
+        diffs
+            .iter()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let mut counts = BTreeMap::new();
+    for (_, flags) in theirs.values() {
+        for f in flags {
+            *counts.entry(f.clone()).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+fn analyze_json(files: &[&Path]) -> (i32, Value) {
+    let mut cmd = Command::new(PATHDOC);
+    cmd.args(["analyze", "--json"]).args(files);
+    let (code, out, err) = support::run(cmd, Duration::from_secs(120));
+    (code, support::parse_report(code, &out, &err))
+}
+
+fn with_id<'a>(report: &'a Value, id: &str) -> Vec<&'a Value> {
+    support::findings(report)
+        .into_iter()
+        .filter(|f| f["id"] == id)
+        .collect()
+}
+
+fn problems(report: &Value) -> Vec<String> {
+    support::findings(report)
+        .into_iter()
+        .filter(|f| matches!(f["status"].as_str(), Some("warn" | "fail")))
+        .map(|f| format!("{}: {}", f["id"], f["title"]))
+        .collect()
+}
+
+/// Record the scenario's traffic on the client (and, for two-ended scenarios, the server).
+fn record(lab: &Lab, scenario: &str, dir: &Scratch) -> Vec<PathBuf> {
+    let client = dir.file("client.pcap");
+    let server = dir.file("server.pcap");
+    let c = start(lab, "client", &client);
+    let s = start(lab, "server", &server);
+    match scenario {
+        "clean" => {
+            traffic::iperf3(
+                lab,
+                "client",
+                "server",
+                2,
+                true,
+                &["-C", "cubic", "-b", "300M"],
+            )
+            .unwrap();
+            traffic::iperf3(
+                lab,
+                "client",
+                "server",
+                1,
+                false,
+                &["-C", "cubic", "-b", "300M"],
+            )
+            .unwrap();
+            let _ = traffic::download(lab, 100_000, Duration::from_secs(3)).unwrap();
+        }
+        "modem-idle" | "cgnat-chain" => {
+            capture::idle_keepalive_connection(
+                lab,
+                KeepaliveSide::Client,
+                Duration::from_secs(5),
+                Duration::from_secs(1),
+                3,
+                Duration::from_secs(15),
+            )
+            .unwrap();
+        }
+        "pmtu-blackhole" => {
+            let _ = traffic::download(lab, 1 << 20, Duration::from_secs(4)).unwrap();
+            let _ = traffic::download(lab, 1000, Duration::from_secs(2)).unwrap();
+        }
+        "lossy-long-fat" | "window-limited" => {
+            traffic::iperf3(lab, "client", "server", 3, true, &["-C", "cubic"]).unwrap();
+        }
+        "slow-lossy-duplex" => {
+            traffic::iperf3(lab, "client", "server", 2, false, &["-C", "cubic"]).unwrap();
+            traffic::iperf3(lab, "client", "server", 2, true, &["-C", "cubic"]).unwrap();
+        }
+        other => panic!("no traffic recipe for scenario {other}"),
+    }
+    c.stop().unwrap();
+    s.stop().unwrap();
+    vec![client, server]
+}
+
+/// The idle scenarios, scaled down through the same topology knob the demo uses.
+fn topology(scenario: &str) -> Topology {
+    let mut t = Topology::scenario(scenario).unwrap();
+    match scenario {
+        "modem-idle" => t.hops[0].conntrack.tcp_established = Some(3),
+        "cgnat-chain" => t.hops[1].conntrack.tcp_established = Some(3),
+        _ => {}
+    }
+    t
+}
+
+fn up(test: &str, scenario: &str) -> (Cleanup, Lab) {
+    let c = Cleanup::new(STEM, test);
+    let lab = Lab::up(&topology(scenario), &opts(STEM, test)).expect("lab up");
+    (c, lab)
+}
+
+#[test]
+fn tshark_agrees_on_every_scenario() {
+    let _serial = support::serial();
+    for (i, info) in pathdoc_lab::scenarios::SCENARIOS.iter().enumerate() {
+        // Prefixes are short (namespace names are limited): t0, t1, …
+        let test = format!("t{i}");
+        let (_c, lab) = up(&test, info.name);
+        let dir = Scratch::new(&test);
+        let files = record(&lab, info.name, &dir);
+        lab.down().unwrap();
+        for f in &files {
+            let counts = assert_agrees_with_tshark(f);
+            eprintln!(
+                "{} {}: agrees with tshark; flags {counts:?}",
+                info.name,
+                f.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn slow_lossy_duplex_loses_client_to_server_only() {
+    let _serial = support::serial();
+    let (_c, lab) = up("dup", "slow-lossy-duplex");
+    let dir = Scratch::new("dup");
+    let files = record(&lab, "slow-lossy-duplex", &dir);
+    lab.down().unwrap();
+    let (code, report) = analyze_json(&[&files[0]]);
+    assert_eq!(code, 1, "{report:#}");
+    let loss = with_id(&report, "tcp-loss-one-direction");
+    assert!(!loss.is_empty(), "no loss finding: {:?}", problems(&report));
+    for f in &loss {
+        assert_eq!(f["direction"], "client-to-server", "{f:#}");
+    }
+    let ev = loss[0]["evidence"].to_string();
+    assert!(ev.contains("duplicate ACKs from the server"), "{ev}");
+    // Upload and download between the same hosts: the loss is concentrated client→server.
+    let both = with_id(&report, "loss-concentrated-one-direction");
+    assert_eq!(both.len(), 1, "{:?}", problems(&report));
+    assert_eq!(both[0]["direction"], "client-to-server", "{:#}", both[0]);
+}
+
+#[test]
+fn clean_path_raises_no_alarm() {
+    let _serial = support::serial();
+    let (_c, lab) = up("cln", "clean");
+    let dir = Scratch::new("cln");
+    let files = record(&lab, "clean", &dir);
+    lab.down().unwrap();
+    for f in &files {
+        let (code, report) = analyze_json(&[f]);
+        assert_eq!(problems(&report), Vec::<String>::new(), "{}", f.display());
+        assert_eq!(code, 0, "{report:#}");
+        let overview = with_id(&report, "capture-overview");
+        assert_eq!(overview.len(), 1);
+        assert_eq!(overview[0]["status"], "pass");
+    }
+}
+
+#[test]
+fn window_limited_download_is_named() {
+    let _serial = support::serial();
+    let (_c, lab) = up("win", "window-limited");
+    let dir = Scratch::new("win");
+    let files = record(&lab, "window-limited", &dir);
+    lab.down().unwrap();
+    let (_, report) = analyze_json(&[&files[0]]);
+    let w = with_id(&report, "receive-window-limited");
+    assert!(!w.is_empty(), "{:?}", problems(&report));
+    assert_eq!(w[0]["direction"], "server-to-client");
+    // The client's 256 KiB tcp_rmem caps its advertised window.
+    let window = w[0]["evidence"][0]["value"]["value"].as_f64().unwrap();
+    assert!(window <= 262_144.0 && window > 50_000.0, "{window}");
+    assert!(
+        w[0]["remedies"][0]["host"]["kind"] == "client",
+        "{:#}",
+        w[0]
+    );
+}
+
+#[test]
+fn pmtu_black_hole_and_its_mtu() {
+    let _serial = support::serial();
+    let (_c, lab) = up("pmt", "pmtu-blackhole");
+    let dir = Scratch::new("pmt");
+    let files = record(&lab, "pmtu-blackhole", &dir);
+    lab.down().unwrap();
+    // On the server: its full-size packets go unacknowledged; the routers' too-big messages
+    // reach its interface (and its firewall drops them behind the capture).
+    let (code, report) = analyze_json(&[&files[1]]);
+    assert_eq!(code, 1, "{report:#}");
+    let found: Vec<&Value> = with_id(&report, "pmtud-black-hole")
+        .into_iter()
+        .chain(with_id(&report, "pmtud-too-big-ignored"))
+        .collect();
+    assert!(!found.is_empty(), "{:?}", problems(&report));
+    let f = found[0];
+    assert_eq!(f["direction"], "server-to-client", "{f:#}");
+    assert!(f["title"].as_str().unwrap().contains("1420"), "{f:#}");
+}
+
+#[test]
+fn idle_death_with_both_ends_names_the_lost_direction() {
+    let _serial = support::serial();
+    for (side, want) in [
+        (KeepaliveSide::Client, "client-to-server"),
+        (KeepaliveSide::Server, "server-to-client"),
+    ] {
+        let test = if side == KeepaliveSide::Client {
+            "idc"
+        } else {
+            "ids"
+        };
+        let (_c, lab) = up(test, "modem-idle");
+        let dir = Scratch::new(test);
+        let client = dir.file("client.pcap");
+        let server = dir.file("server.pcap");
+        let c = start(&lab, "client", &client);
+        let s = start(&lab, "server", &server);
+        capture::idle_keepalive_connection(
+            &lab,
+            side,
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+            3,
+            Duration::from_secs(15),
+        )
+        .unwrap();
+        // A fresh connection afterwards (through new NAT state) shows both captures still ran.
+        let mut again = traffic::TcpPair::open(&lab).unwrap();
+        assert!(again
+            .client_to_server(b"back", Duration::from_secs(2))
+            .unwrap());
+        drop(again);
+        c.stop().unwrap();
+        s.stop().unwrap();
+        lab.down().unwrap();
+
+        // One capture at the prober: idle death, unanswered keepalives.
+        let prober_file = if side == KeepaliveSide::Client {
+            &client
+        } else {
+            &server
+        };
+        let (code, report) = analyze_json(&[prober_file]);
+        let table = Command::new(PATHDOC)
+            .args(["analyze", "--flags"])
+            .arg(prober_file)
+            .output()
+            .unwrap();
+        assert_eq!(
+            code,
+            1,
+            "{report:#}\n{}",
+            String::from_utf8_lossy(&table.stdout)
+        );
+        let d = with_id(&report, "idle-death");
+        assert!(!d.is_empty(), "{:?}", problems(&report));
+        assert_eq!(d[0]["direction"], want, "{:#}", d[0]);
+
+        // Both ends: the keepalives left one end and never reached the other.
+        let (code, report) = analyze_json(&[&client, &server]);
+        assert_eq!(code, 1, "{report:#}");
+        let lost = with_id(&report, "lost-between-captures");
+        assert!(!lost.is_empty(), "{report:#}");
+        let l = lost
+            .iter()
+            .find(|f| f["direction"] == want)
+            .unwrap_or_else(|| panic!("{report:#}"));
+        let title = l["title"].as_str().unwrap();
+        assert!(
+            title.contains("keepalive") && title.contains("none reached"),
+            "{title}"
+        );
+        let cmp = &report["data"]["analyze"]["comparison"]["pairs"][0];
+        assert_eq!(cmp["nat"], true, "{cmp:#}");
+    }
+}
+
+#[test]
+fn lab_capture_command_records_what_crosses_a_hop() {
+    let _serial = support::serial();
+    let (_c, lab) = up("cap", "clean");
+    let dir = Scratch::new("cap");
+    let file = dir.file("hop1.pcap");
+    let prefix = support::prefix(STEM, "cap");
+    let child = Command::new(PATHDOC)
+        .args(["lab", "capture", &lab.name(), "hop1:wan0", "-w"])
+        .arg(&file)
+        .args(["--duration", "4s", "--prefix", &prefix, "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let got = traffic::download(&lab, 200_000, Duration::from_secs(3)).unwrap();
+    assert!(got.completed, "{got:?}");
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["packets"].as_u64().unwrap() > 100, "{doc:#}");
+    lab.down().unwrap();
+    let (code, report) = analyze_json(&[&file]);
+    assert_eq!(code, 0, "{report:#}");
+    let conns = &report["data"]["analyze"]["captures"][0]["totals"]["connections"];
+    assert!(conns.as_u64().unwrap() >= 1, "{report:#}");
+}
