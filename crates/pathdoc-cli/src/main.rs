@@ -59,9 +59,18 @@ enum Command {
         after_help = "Examples:\n  pathdoc ssh backup@nas.example.net          # both directions, 4 ciphers, ~1 min\n  pathdoc ssh nas -o ProxyJump=bastion -t 8s  # ssh options pass through\n  pathdoc ssh nas --ssh-clean                 # remove the pathdoc copied to nas\n\nExit codes: 0 no problem, 1 problem found, 2 could not run, 3 inconclusive."
     )]
     Ssh(cmd::ssh::SshArgs),
+    /// Re-read a saved `--json` report: print it as text, or write it as HTML with `-o`.
+    #[command(
+        after_help = "Examples:\n  pathdoc check HOST --json > run.json\n  pathdoc report run.json                  # the text the run printed\n  pathdoc report run.json -o run.html      # a self-contained HTML report with plots\n  pathdoc report run.html                  # an HTML report holds its JSON: reads back too\n\nExit codes: those of the saved run (0, 1, 3, 130); 2 when the file is not a report this version reads."
+    )]
+    Report(cmd::report::ReportArgs),
+    /// Serve Prometheus: /probe?target=HOST&module=mtu|throughput runs a check per scrape,
+    /// module=idle returns the latest result of a background monitor (docs/exporter.md).
+    #[command(after_help = cmd::exporter::EXAMPLES)]
+    Exporter(cmd::exporter::ExporterArgs),
     /// Diagnose the TCP connections in a tcpdump/Wireshark capture (or compare two captures of one path).
     #[command(
-        after_help = "Examples:\n  pathdoc analyze capture.pcap                 # findings per connection worth attention\n  tcpdump -i eth0 -w - | pathdoc analyze -     # live, from standard input\n  pathdoc analyze client.pcap server.pcap      # where packets vanish between two capture points\n  pathdoc analyze capture.pcapng.gz --flags    # Wireshark's tcp.analysis flags per packet (TSV)\n\nExit codes: 0 no problem, 1 problem found, 2 could not run, 3 inconclusive, 130 interrupted."
+        after_help = "Examples:\n  pathdoc analyze capture.pcap                 # findings per connection worth attention\n  tcpdump -i eth0 -w - | pathdoc analyze -     # live, from standard input\n  pathdoc analyze client.pcap server.pcap      # where packets vanish between two capture points\n  pathdoc analyze capture.pcapng.gz --flags    # Wireshark's tcp.analysis flags per packet (TSV)\n  pathdoc analyze capture.pcap --report c.html # also an HTML report (time-sequence graphs)\n\nExit codes: 0 no problem, 1 problem found, 2 could not run, 3 inconclusive, 130 interrupted."
     )]
     Analyze(cmd::analyze::AnalyzeArgs),
     /// Run the far end of the checks (TCP and UDP on one port).
@@ -119,6 +128,8 @@ fn main() {
         Command::Check(args) => cmd::check::run(args, global),
         Command::Speed(args) => cmd::speed::run(args, global),
         Command::Ssh(args) => cmd::ssh::run(args, global),
+        Command::Report(args) => cmd::report::run(args, global),
+        Command::Exporter(args) => cmd::exporter::run(args, global),
         Command::Analyze(args) => cmd::analyze::run(args, global),
         Command::Completions(args) => cmd::docs::completions(args),
         Command::Man(args) => cmd::docs::man(args),
@@ -143,6 +154,8 @@ fn command_name(c: &Command) -> String {
         Command::Completions(_) => "completions".into(),
         Command::Man(_) => "man".into(),
         Command::Ssh(_) => "ssh".into(),
+        Command::Report(_) => "report".into(),
+        Command::Exporter(_) => "exporter".into(),
     }
 }
 

@@ -28,6 +28,7 @@ pub const EXAMPLES: &str = "Examples:
   pathdoc check localhost:7224 --throughput  # a host name with a port
   pathdoc check [2001:db8::10]:7224 -6       # IPv6
   pathdoc check 203.0.113.10 --json          # versioned JSON for scripts (docs/output.md)
+  pathdoc check server.example.net --report path.html   # also a self-contained HTML report
 
 Exit codes: 0 no problem, 1 problem found, 2 could not run, 3 inconclusive, 130 interrupted.
 Ctrl-C stops the checks and prints what was measured so far.";
@@ -57,6 +58,8 @@ pub struct CheckArgs {
     pub throughput_opts: super::check_speed::ThroughputArgs,
     #[command(flatten)]
     pub idle_opts: super::check_idle::IdleArgs,
+    #[command(flatten)]
+    pub html: super::report_html::HtmlReportArgs,
 }
 
 /// What a check module gets to run with.
@@ -116,6 +119,7 @@ impl CheckArgs {
 pub fn run(mut args: CheckArgs, global: Global) -> anyhow::Result<i32> {
     // Every option is checked before any network work, the SSH bootstrap included.
     let steps = args.steps()?;
+    let html = args.html.prepare()?;
     let progress = TerminalProgress::new(global);
     // --ssh: the temporary server becomes the target; keep its guard until the report is out.
     let _remote = match super::ssh::prepare_target(
@@ -135,7 +139,11 @@ pub fn run(mut args: CheckArgs, global: Global) -> anyhow::Result<i32> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let report = runtime.block_on(run_plan(&args, &plan, &progress, global))?;
     progress.finish();
-    Ok(output::print_report(&report, global))
+    let code = output::print_report(&report, global);
+    if let Some(html) = html {
+        html.write(&report)?;
+    }
+    Ok(code)
 }
 
 async fn run_plan(

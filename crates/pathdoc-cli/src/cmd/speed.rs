@@ -24,6 +24,7 @@ pub const EXAMPLES: &str = "Examples:
   pathdoc speed server.example.net --bidir -P 4   # both ways at once, 4 streams each
   pathdoc speed server.example.net -n 1GiB        # until 1 GiB has arrived
   pathdoc speed server.example.net --compare-cc   # CUBIC vs BBR on this path
+  pathdoc speed server.example.net --report s.html  # also an HTML report with the plots
 
 Prints one line per interval (goodput, retransmits, congestion window, RTT) and a summary, then
 the findings. Ctrl-C stops the test and prints what was measured.";
@@ -67,6 +68,8 @@ pub struct SpeedArgs {
     #[arg(long, short = 'i', value_name = "DURATION", default_value = "1s",
           value_parser = seconds_or_duration(ms(100), secs(60)))]
     pub interval: Duration,
+    #[command(flatten)]
+    pub html: super::report_html::HtmlReportArgs,
 }
 
 /// A congestion-control name as the kernel spells them (`cubic`, `bbr`, `reno`, `dctcp`…):
@@ -117,6 +120,7 @@ impl SpeedArgs {
 
 pub fn run(mut args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
     let opts = args.options()?;
+    let html = args.html.prepare()?;
     let progress = TerminalProgress::new(global);
     let _remote = match super::ssh::prepare_target(
         &mut args.target,
@@ -159,7 +163,11 @@ pub fn run(mut args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
         Ok::<_, anyhow::Error>(report)
     })?;
     progress.finish();
-    Ok(output::print_report(&report, global))
+    let code = output::print_report(&report, global);
+    if let Some(html) = html {
+        html.write(&report)?;
+    }
+    Ok(code)
 }
 
 /// Run each of `tests` (with `compare_cc`: once per congestion control) and add findings and
