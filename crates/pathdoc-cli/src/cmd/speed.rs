@@ -30,6 +30,8 @@ Prints one line per interval (goodput, retransmits, congestion window, RTT) and 
 the findings. Ctrl-C stops the test and prints what was measured.";
 
 #[derive(Args, Debug)]
+// `-i` is iperf3's --interval here; the SSH identity file keeps its long form --ssh-identity.
+#[command(mut_arg("identity", |a| a.short(None)))]
 pub struct SpeedArgs {
     #[command(flatten)]
     pub target: ServerTarget,
