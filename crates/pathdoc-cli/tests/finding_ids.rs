@@ -18,9 +18,7 @@ fn checks() -> Vec<(&'static str, &'static str, Option<&'static [FindingId]>)> {
     vec![
         ("idle", "pathdoc-idle", Some(pathdoc_idle::FINDING_IDS)),
         ("mtu", "pathdoc-mtu", Some(pathdoc_mtu::FINDING_IDS)),
-        // The throughput check's owner adds `pathdoc_speed::FINDING_IDS` (its rate ids are
-        // built with format! today, which this test would reject).
-        ("throughput", "pathdoc-speed", None),
+        ("throughput", "pathdoc-speed", Some(pathdoc_speed::FINDING_IDS)),
         // `pathdoc analyze` joins once pathdoc-analyze exports its registry.
         ("analyze", "pathdoc-analyze", None),
         (
