@@ -317,6 +317,28 @@ fn documented() -> BTreeMap<String, BTreeSet<String>> {
     out
 }
 
+/// A check whose findings the sources emit but which `checks()` does not name would be checked
+/// against nothing: its ids could drift unnoticed.
+#[test]
+fn every_check_that_emits_findings_is_listed() {
+    let listed: BTreeSet<&str> = checks().iter().map(|(c, _, _)| *c).collect();
+    let (emitted, unreadable) = emitted();
+    let unlisted: Vec<String> = emitted
+        .keys()
+        .chain(unreadable.keys())
+        .filter(|c| !listed.contains(c.as_str()))
+        .map(|c| {
+            let place = emitted
+                .get(c)
+                .and_then(|ids| ids.values().next().cloned())
+                .or_else(|| unreadable.get(c).and_then(|p| p.first().cloned()))
+                .unwrap_or_default();
+            format!("check `{c}` (e.g. {place}) is not in checks()")
+        })
+        .collect();
+    assert!(unlisted.is_empty(), "\n{}", unlisted.join("\n"));
+}
+
 #[test]
 fn every_emitted_id_is_registered_and_documented_and_every_documented_id_exists() {
     let docs = documented();
