@@ -18,7 +18,11 @@ fn checks() -> Vec<(&'static str, &'static str, Option<&'static [FindingId]>)> {
     vec![
         ("idle", "pathdoc-idle", Some(pathdoc_idle::FINDING_IDS)),
         ("mtu", "pathdoc-mtu", Some(pathdoc_mtu::FINDING_IDS)),
-        ("throughput", "pathdoc-speed", Some(pathdoc_speed::FINDING_IDS)),
+        (
+            "throughput",
+            "pathdoc-speed",
+            Some(pathdoc_speed::FINDING_IDS),
+        ),
         ("ssh", "pathdoc-ssh", Some(pathdoc_ssh::FINDING_IDS)),
         // `pathdoc analyze` joins once pathdoc-analyze exports its registry.
         ("analyze", "pathdoc-analyze", None),
