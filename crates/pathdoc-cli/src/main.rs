@@ -7,6 +7,7 @@ mod args;
 mod cmd;
 mod error;
 mod interrupt;
+mod json_log;
 mod output;
 mod progress;
 mod speed_table;
@@ -213,7 +214,8 @@ fn one_line(e: &clap::Error, command: &str) -> String {
 }
 
 /// Logs go to stderr. A server logs one line per connection, session and refusal by default
-/// (`info`), as text or, with `--log-format json`, one JSON object per line and nothing else;
+/// (`info`), as text or, with `--log-format json`, one JSON object per line and nothing else
+/// (`"schema": "pathdoc.log/1"` first);
 /// other commands log only warnings unless `-v`. `PATHDOC_LOG` overrides the filter
 /// (`tracing` env-filter syntax). Colours only on a terminal and when `NO_COLOR` is unset.
 fn init_logging(verbose: u8, server: Option<cmd::server::LogFormat>) {
@@ -231,7 +233,12 @@ fn init_logging(verbose: u8, server: Option<cmd::server::LogFormat>) {
         .with_writer(std::io::stderr)
         .with_ansi(colour_on_stderr());
     match server {
-        Some(cmd::server::LogFormat::Json) => builder.json().flatten_event(true).init(),
+        Some(cmd::server::LogFormat::Json) => builder
+            .json()
+            .event_format(json_log::WithSchema(
+                tracing_subscriber::fmt::format().json().flatten_event(true),
+            ))
+            .init(),
         Some(cmd::server::LogFormat::Text) => builder.with_target(false).init(),
         None => builder.init(),
     }

@@ -109,6 +109,7 @@ fn json_logs_are_json_only_and_text_logs_have_no_colour_in_files() {
                 let v: Value = serde_json::from_str(line)
                     .unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}\n{log}"));
                 assert!(v["level"].is_string() && v["message"].is_string(), "{line}");
+                assert_eq!(v["schema"], "pathdoc.log/1", "{line}");
             }
             let end: Value = log
                 .lines()
@@ -256,6 +257,7 @@ fn the_bind_error_names_its_cause_once() {
     for line in err.lines() {
         let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
         assert!(v["level"].is_string(), "{line}");
+        assert_eq!(v["schema"], "pathdoc.log/1", "{line}");
     }
     assert!(err.contains("\"level\":\"ERROR\""), "{err}");
 }

@@ -11,13 +11,43 @@
 //! - **network** — raw TCP on the same path is no faster: SSH is not the problem.
 
 use pathdoc_core::units::{format_byte_rate, format_bytes, format_rate};
-use pathdoc_core::{Evidence, Finding, Host, Quantity, Remedy, Status};
+use pathdoc_core::{Evidence, Finding, FindingId, Host, Quantity, Remedy, Status};
 use serde::{Deserialize, Serialize};
 
 use crate::steady::{SideCpu, Steady, Way};
 use crate::transfer::Transfer;
 
 pub const CHECK: &str = "ssh";
+
+/// Every finding id `pathdoc ssh` emits, with when and which statuses (docs/output.md lists
+/// them; the finding-id test keeps code, registry and docs equal). The verdict ids appear once
+/// per measured direction, told apart by the finding's `direction` field.
+pub const FINDING_IDS: &[FindingId] = &[
+    FindingId {
+        id: "ssh-versions",
+        meaning: "both ends' SSH software, and whether it is HPN-SSH (dynamic channel window) or stock OpenSSH (fixed 2 MiB window): INFO",
+    },
+    FindingId {
+        id: "ssh-cpu-limited",
+        meaning: "the ssh or sshd doing the crypto ran at ≥ 85 % of the CPU it may use (one core, or its cgroup's cap): WARN when raw TCP on the path is faster (SSH below 80 % of it), with a faster cipher if one measured ≥ 15 % better; INFO otherwise",
+    },
+    FindingId {
+        id: "ssh-window-limited",
+        meaning: "the rate is at 70–120 % of the SSH channel window / RTT, the crypto CPUs are not saturated and raw TCP is ≥ 1.3× faster: WARN, with HPN-SSH on the receiver or parallel sessions",
+    },
+    FindingId {
+        id: "ssh-tcp-buffer-limited",
+        meaning: "the sender's TCP was held back by the receive window or send buffer ≥ 20 % of its busy time, or SSH is as fast as raw TCP that is itself buffer-limited: WARN, with the sysctl on the host whose buffer it is",
+    },
+    FindingId {
+        id: "ssh-network-limited",
+        meaning: "SSH reaches ≥ 80 % of raw TCP on the same path: the network, not SSH, sets the rate: PASS",
+    },
+    FindingId {
+        id: "ssh-limit-inconclusive",
+        meaning: "no SSH transfer in the direction could be measured, or no single limit explains the rate (with what was seen): INCONCLUSIVE",
+    },
+];
 /// A crypto process at or above this share of its CPU allowance is the bottleneck.
 pub const CPU_SATURATED: f64 = 0.85;
 /// The sender's TCP limited by a buffer for at least this share of its busy time: buffer-limited
@@ -41,18 +71,6 @@ pub enum Limit {
     TcpBuffer,
     Network,
     Inconclusive,
-}
-
-impl Limit {
-    pub fn id(self) -> &'static str {
-        match self {
-            Limit::CipherCpu => "ssh-cpu-limited",
-            Limit::ChannelWindow => "ssh-window-limited",
-            Limit::TcpBuffer => "ssh-tcp-buffer-limited",
-            Limit::Network => "ssh-network-limited",
-            Limit::Inconclusive => "ssh-limit-inconclusive",
-        }
-    }
 }
 
 /// Which end a CPU limit is on.
@@ -188,7 +206,7 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
         let why: Vec<String> = mine.iter().filter_map(|t| t.incomplete.clone()).collect();
         return Finding::new(
             CHECK,
-            Limit::Inconclusive.id(),
+            "ssh-limit-inconclusive",
             Status::Inconclusive,
             format!("SSH {}: no transfer could be measured", way.label()),
         )
@@ -398,7 +416,15 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
         );
     }
 
-    let f = Finding::new(CHECK, limit.id(), status, String::new())
+    // Literal ids, so the finding-id test can read them (docs/output.md).
+    let id = match limit {
+        Limit::CipherCpu => "ssh-cpu-limited",
+        Limit::ChannelWindow => "ssh-window-limited",
+        Limit::TcpBuffer => "ssh-tcp-buffer-limited",
+        Limit::Network => "ssh-network-limited",
+        Limit::Inconclusive => "ssh-limit-inconclusive",
+    };
+    let f = Finding::new(CHECK, id, status, String::new())
         .direction(way.direction())
         .evidences(ev);
     match limit {
@@ -1144,6 +1170,46 @@ mod tests {
         );
         let f = judge(Way::Upload, Some(4e9), None, &[]);
         assert_eq!(f.status, Status::Inconclusive);
+    }
+
+    /// The ids the verdicts above produce are exactly [`FINDING_IDS`].
+    #[test]
+    fn finding_ids_are_exactly_the_registry() {
+        let chacha = "chacha20-poly1305@openssh.com";
+        let window = [transfer(
+            Way::Upload,
+            None,
+            chacha,
+            steady(163e6, 0.04, 0.04, 100.0),
+        )];
+        let cpu = [transfer(
+            Way::Download,
+            None,
+            chacha,
+            steady(2e9, 0.98, 0.6, 1.0),
+        )];
+        let mut s = steady(12e6, 0.02, 0.01, 100.0);
+        s.rwnd_limited_share = Some(0.5);
+        let buffer = [transfer(Way::Download, None, chacha, s)];
+        let network = [transfer(
+            Way::Upload,
+            None,
+            chacha,
+            steady(94.7e6, 0.1, 0.1, 5.0),
+        )];
+        let seen: std::collections::BTreeSet<String> = [
+            judge(Way::Upload, Some(700e6), None, &window),
+            judge(Way::Download, Some(2.1e9), None, &cpu),
+            judge(Way::Download, Some(11e6), None, &buffer),
+            judge(Way::Upload, Some(93.8e6), None, &network),
+            judge(Way::Upload, None, None, &[]),
+            versions_finding(None, None),
+        ]
+        .into_iter()
+        .map(|f| f.id)
+        .collect();
+        let registry = FINDING_IDS.iter().map(|i| i.id.to_string()).collect();
+        assert_eq!(seen, registry, "emitted ids vs FINDING_IDS");
     }
 
     #[test]

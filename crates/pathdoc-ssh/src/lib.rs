@@ -32,6 +32,7 @@ use pathdoc_core::{Finding, Progress};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+pub use analysis::FINDING_IDS;
 pub use bootstrap::{bootstrap, clean, BootstrapOptions, RemoteServer};
 pub use dest::SshDest;
 pub use error::SshError;

@@ -126,20 +126,29 @@ pub fn prepare_target(
     })
 }
 
+/// The schema of `--ssh-clean --json`: not a report (no findings), so not `pathdoc.report/1`,
+/// which `pathdoc report` would try to read back (docs/output.md).
+pub const SSH_CLEAN_SCHEMA: &str = "pathdoc.ssh-clean/1";
+
+fn clean_document(
+    destination: &str,
+    done: &pathdoc_ssh::bootstrap::CleanReport,
+) -> serde_json::Value {
+    serde_json::json!({
+        "schema": SSH_CLEAN_SCHEMA,
+        "pathdoc_version": env!("CARGO_PKG_VERSION"),
+        "command": "ssh-clean",
+        "target": destination,
+        "cache_dir": done.cache_dir,
+        "removed": done.removed,
+    })
+}
+
 /// `--ssh-clean`: remove the cached binary on the far end.
 pub fn clean(dest: &SshDest, global: Global) -> anyhow::Result<i32> {
     let done = pathdoc_ssh::clean(dest, Duration::from_secs(60))?;
     if global.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "schema": pathdoc_core::report::SCHEMA_VERSION,
-                "command": "ssh-clean",
-                "target": dest.destination,
-                "cache_dir": done.cache_dir,
-                "removed": done.removed,
-            })
-        );
+        println!("{}", clean_document(&dest.destination, &done));
     } else {
         println!(
             "removed {} cached pathdoc file(s) from {}:{}",
@@ -186,4 +195,26 @@ pub fn run(args: SshArgs, global: Global) -> anyhow::Result<i32> {
         serde_json::to_value(&measured).context("encoding the SSH measurements")?,
     );
     Ok(output::print_report(&report, global))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `--ssh-clean` document has its own schema: it used to claim `pathdoc.report/1`
+    /// without being a report.
+    #[test]
+    fn ssh_clean_json_has_its_own_schema() {
+        let done = pathdoc_ssh::bootstrap::CleanReport {
+            cache_dir: "/home/u/.cache/pathdoc".into(),
+            removed: 1,
+        };
+        let doc = clean_document("u@nas", &done);
+        assert_eq!(doc["schema"], "pathdoc.ssh-clean/1");
+        assert_ne!(doc["schema"], pathdoc_core::report::SCHEMA_VERSION);
+        assert_eq!(doc["command"], "ssh-clean");
+        assert_eq!(doc["target"], "u@nas");
+        assert_eq!(doc["removed"], 1);
+        assert_eq!(doc["cache_dir"], "/home/u/.cache/pathdoc");
+    }
 }
