@@ -293,13 +293,14 @@ fn status_rank(s: Status) -> u8 {
 
 fn damage_finding(p: &Pass, e: &CaptureError, side: &str) -> Finding {
     let truncated = matches!(e, CaptureError::Truncated { .. });
+    let id = if truncated {
+        "capture-truncated"
+    } else {
+        "capture-damaged"
+    };
     Finding::new(
         "analyze",
-        if truncated {
-            "capture-truncated"
-        } else {
-            "capture-damaged"
-        },
+        id,
         if truncated {
             Status::Info
         } else {
