@@ -68,11 +68,11 @@ pub const FINDING_IDS: &[FindingId] = &[
     },
     FindingId {
         id: "capture-truncated",
-        meaning: "the file ends mid-record (e.g. tcpdump killed); the packets before it were analysed: INFO",
+        meaning: "the file ends mid-record (e.g. tcpdump killed); the packets before it were analysed: INCONCLUSIVE, so a damaged capture never exits 0",
     },
     FindingId {
         id: "capture-damaged",
-        meaning: "a corrupt record at the named byte offset; the packets before it were analysed: INCONCLUSIVE",
+        meaning: "a corrupt record or a read error at the named byte offset; the packets before it were analysed: INCONCLUSIVE",
     },
     FindingId {
         id: "no-tcp",

@@ -82,10 +82,15 @@ fn healthy_capture_exits_0_and_counts_the_connection() {
 #[test]
 fn unreadable_inputs_exit_2_with_a_clear_message() {
     let empty = scratch("empty.pcap", b"");
+    let header_cut = scratch("header-cut.pcap", &healthy()[..10]);
     let text = scratch("notes.txt", b"hello, this is not a capture\n");
     for (path, want) in [
         ("/nonexistent/x.pcap", "cannot open /nonexistent/x.pcap"),
         (empty.to_str().unwrap(), "is empty"),
+        (
+            header_cut.to_str().unwrap(),
+            "ends inside its capture header (cut off before the first packet): nothing to analyse",
+        ),
         (
             text.to_str().unwrap(),
             "not a pcap or pcapng capture (first bytes: 68 65 6c 6c",
@@ -113,7 +118,21 @@ fn truncated_capture_keeps_its_packets_and_names_the_offset() {
     let offset = cap["error_offset"].as_u64().unwrap();
     assert!(offset > 24 && offset < full.len() as u64, "{offset}");
     assert!(err.contains(&format!("byte {offset}")), "{err}");
-    assert!(support::find(&r, "capture-truncated").is_some(), "{r:#}");
+    assert_eq!(cap["damage"], "truncated");
+    let finding = support::find(&r, "capture-truncated").expect("capture-truncated");
+    assert_eq!(finding["status"], "inconclusive", "{finding:#}");
+    // Healthy as far as it goes, but cut: never 0.
+    assert_eq!(code, 3, "{r:#}");
+    let (code, out, err) = run(&["analyze", f.to_str().unwrap()]);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "is truncated: it ends in the middle of a packet at byte {offset}; the results cover only the 7 packets before it"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("Overall: INCONCLUSIVE"), "{out}");
+    assert!(err.starts_with("pathdoc: warning: "), "{err}");
 }
 
 #[test]

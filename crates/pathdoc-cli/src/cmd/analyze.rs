@@ -333,6 +333,7 @@ fn build_report(
             "elapsed_s": p.elapsed_s,
             "error": p.error.as_ref().map(|e| e.to_string()),
             "error_offset": p.error.as_ref().and_then(|e| e.offset()),
+            "damage": p.error.as_ref().map(damage_kind),
             "interrupted": p.interrupted,
             "connections": p.analysis.listed.iter().map(|l| &l.summary).collect::<Vec<_>>(),
             "icmp": p.analysis.icmp,
@@ -367,6 +368,9 @@ fn status_rank(s: Status) -> u8 {
     }
 }
 
+/// A capture that could not be read to its end. Its status is INCONCLUSIVE whatever the
+/// damage: the packets before it are analysed as usual, but "no problem" needs the whole file,
+/// so a damaged capture never exits 0 (1 when what was read shows a problem, else 3).
 fn damage_finding(p: &Pass, e: &CaptureError, side: &str) -> Finding {
     let truncated = matches!(e, CaptureError::Truncated { .. });
     let id = if truncated {
@@ -374,35 +378,47 @@ fn damage_finding(p: &Pass, e: &CaptureError, side: &str) -> Finding {
     } else {
         "capture-damaged"
     };
+    let offset = e.offset().unwrap_or(0);
+    let what = if truncated {
+        "is truncated: it ends in the middle of a packet"
+    } else {
+        "is damaged"
+    };
     Finding::new(
         "analyze",
         id,
-        if truncated {
-            Status::Info
-        } else {
-            Status::Inconclusive
-        },
+        Status::Inconclusive,
         format!(
-            "{}{side} {} at byte {}: analysed the {} packets before it",
-            p.name,
-            if truncated {
-                "ends mid-packet"
-            } else {
-                "is damaged"
-            },
-            e.offset().unwrap_or(0),
-            p.analysis.totals.packets
+            "{}{side} {what} at byte {offset}; the results cover only the {} packets before it",
+            p.name, p.analysis.totals.packets
         ),
     )
-    .summary(e.to_string())
+    .requirement("a verdict of \"no problem\" needs the whole capture: what went wrong may be in the part that could not be read")
+    .summary(format!(
+        "{e}. Findings from those packets stand; the rest of the capture is unknown.{}",
+        if truncated {
+            " A capture is cut like this when tcpdump is killed (kill -9, a full disk) or the file is copied while still being written; stop tcpdump with Ctrl-C or SIGTERM so it writes its last packet."
+        } else {
+            ""
+        }
+    ))
     .evidence(Evidence::new(
         "byte offset of the damage",
-        Quantity::Count(e.offset().unwrap_or(0)),
+        Quantity::Count(offset),
     ))
     .evidence(Evidence::new(
         "packets analysed",
         Quantity::Count(p.analysis.totals.packets),
     ))
+}
+
+/// `data.analyze.captures[].damage`: how the capture is damaged, for scripts.
+fn damage_kind(e: &CaptureError) -> &'static str {
+    match e {
+        CaptureError::Truncated { .. } => "truncated",
+        CaptureError::Corrupt { .. } => "corrupt",
+        _ => "read-error",
+    }
 }
 
 fn overview_finding(p: &Pass, side: &str) -> Finding {
