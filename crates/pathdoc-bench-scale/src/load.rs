@@ -2,7 +2,6 @@
 //! each opened from a chosen 127.x source address, and the tasks that drive them.
 
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -10,7 +9,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use pathdoc_idle::proto::{ControlReply, ControlRequest, ProbeMessage};
 use pathdoc_proto::{Channel, CheckKind, FramedConn, SessionId};
-use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::mpsc;
 
 /// Every network step of the generator has this deadline.
@@ -18,40 +16,13 @@ pub const STEP_DEADLINE: Duration = Duration::from_secs(20);
 /// Heartbeat period on idle control connections (the server drops silent ones after 60 s).
 const HEARTBEAT: Duration = Duration::from_secs(15);
 
-/// Connect from `source` (port chosen by the kernel at connect time, so each source address has
-/// the whole ephemeral range towards the one server port).
-pub async fn connect_from(source: IpAddr, server: SocketAddr) -> anyhow::Result<TcpStream> {
-    let socket = TcpSocket::new_v4()?;
-    let one: libc::c_int = 1;
-    // SAFETY: setsockopt reads `one` for the given length; the fd is owned by `socket`.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_IP,
-            libc::IP_BIND_ADDRESS_NO_PORT,
-            (&one as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error()).context("IP_BIND_ADDRESS_NO_PORT");
-    }
-    socket
-        .bind(SocketAddr::new(source, 0))
-        .with_context(|| format!("binding {source}"))?;
-    tokio::time::timeout(STEP_DEADLINE, socket.connect(server))
-        .await
-        .with_context(|| format!("connect from {source} timed out"))?
-        .with_context(|| format!("connect from {source}"))
-}
-
 /// Open a pathdoc connection from `source` and complete the handshake.
 pub async fn open(
     source: IpAddr,
     server: SocketAddr,
     channel: Channel,
 ) -> anyhow::Result<(FramedConn, SessionId)> {
-    let stream = connect_from(source, server).await?;
+    let stream = pathdoc_bench_scale::net::connect_from(source, server).await?;
     let (conn, welcome) = pathdoc_proto::handshake(stream, None, channel, STEP_DEADLINE)
         .await
         .with_context(|| format!("handshake from {source}"))?;

@@ -13,11 +13,11 @@
 //! [`procfs`] (memory, CPU, socket counters), [`stats`] (percentiles), [`null_server`]
 //! (framework-only reference server for the memory breakdown).
 
-mod child;
 mod load;
 mod null_server;
-mod procfs;
 mod stats;
+
+use pathdoc_bench_scale::{child, procfs};
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -31,8 +31,8 @@ use clap::Parser;
 use pathdoc_proto::{Channel, FramedConn};
 use tokio::sync::{mpsc, Semaphore};
 
-use crate::child::ServerProcess;
 use crate::load::{Arrival, Command as CtlCommand, ControlStats};
+use pathdoc_bench_scale::child::ServerProcess;
 
 /// Targets of issue #3 §9.
 const TARGET_CONNECTIONS: u64 = 100_000;
@@ -502,7 +502,13 @@ fn spawn_server(args: &Args, sessions: u32, connections: u64) -> anyhow::Result<
                 .arg((connections + 10_000).to_string())
                 .arg("--max-sessions-per-ip")
                 .arg((u64::from(sessions).div_ceil(sources) + 1).to_string())
-                .args(["--max-session-secs", "7200"]);
+                .arg("--max-sessions")
+                .arg((u64::from(sessions) + 64).to_string())
+                .arg("--max-idle-probes-per-ip")
+                .arg((connections.div_ceil(sources) + 64).to_string())
+                .arg("--max-idle-probes")
+                .arg((connections + 10_000).to_string())
+                .args(["--max-session", "2h"]);
             cmd
         }
         ServerKind::Reference | ServerKind::Bare => {

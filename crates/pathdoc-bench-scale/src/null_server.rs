@@ -60,12 +60,15 @@ pub fn run(listen: SocketAddr) -> anyhow::Result<()> {
             connections_per_ip: 1 << 20,
             connections_total: 1 << 20,
             sessions_per_ip: 1 << 16,
+            sessions_total: 1 << 20,
             ..Limits::default()
         };
         let config = ServerConfig {
             listen,
             auth_token: None,
             limits,
+            once: false,
+            stats_interval: None,
         };
         let service: Arc<dyn Service> = Arc::new(HoldService);
         let bound = Server::new(config).with_service(service).bind().await?;
@@ -114,6 +117,7 @@ pub fn run_bare(listen: SocketAddr) -> anyhow::Result<()> {
                     server_version: pathdoc_proto::software_version(),
                     session: pathdoc_proto::SessionId(1),
                     observed: peer,
+                    revision: 0,
                 });
                 if pathdoc_proto::write_preamble(conn.stream_mut())
                     .await

@@ -60,7 +60,7 @@ enum Command {
     Analyze(cmd::analyze::AnalyzeArgs),
     /// Run the far end of the checks (TCP and UDP on one port).
     #[command(
-        after_help = "Examples:\n  pathdoc server                                  # all addresses, TCP and UDP 7224\n  pathdoc server --listen 192.0.2.10:7224         # one address\n  PATHDOC_AUTH_TOKEN=s3cret pathdoc server        # clients must pass the same token\n\nOpen TCP and UDP on the port in the server's firewall. More: docs/server.md."
+        after_help = "Examples:\n  pathdoc server                                  # all addresses, TCP and UDP 7224\n  pathdoc server --listen 192.0.2.10:7224         # one address\n  pathdoc server --listen [::]:7224               # dual-stack\n  pathdoc server --listen 9000                    # a bare port\n  pathdoc server --once                           # serve one client's checks, then exit (iperf3 -1)\n  pathdoc server --log-format json 2>>server.log  # one JSON object per log line\n  PATHDOC_AUTH_TOKEN=s3cret pathdoc server        # clients must pass the same token\n\nOpen TCP and UDP on the port in the server's firewall. Limits and the resource model: docs/server.md."
     )]
     Server(cmd::server::ServerArgs),
     /// Build network paths with real kernel faults out of network namespaces (needs root).
@@ -96,8 +96,11 @@ fn main() {
         Ok(cli) => cli,
         Err(e) => usage_error(e),
     };
-    let json_logs = matches!(&cli.command, Command::Server(a) if a.log_format() == cmd::server::LogFormat::Json);
-    init_logging(cli.verbose, json_logs);
+    let server_logs = match &cli.command {
+        Command::Server(a) => Some(a.log_format(cli.json)),
+        _ => None,
+    };
+    init_logging(cli.verbose, server_logs);
     let global = Global {
         json: cli.json,
         quiet: cli.quiet,
@@ -188,24 +191,35 @@ fn one_line(e: &clap::Error, command: &str) -> String {
     format!("{text} (see `{help}`)")
 }
 
-fn init_logging(verbose: u8, json: bool) {
-    let default = match verbose {
-        0 if json => "info",
-        0 => "warn",
-        1 => "info",
-        2 => "debug",
+/// Logs go to stderr. A server logs one line per connection, session and refusal by default
+/// (`info`), as text or, with `--log-format json`, one JSON object per line and nothing else;
+/// other commands log only warnings unless `-v`. `PATHDOC_LOG` overrides the filter
+/// (`tracing` env-filter syntax). Colours only on a terminal and when `NO_COLOR` is unset.
+fn init_logging(verbose: u8, server: Option<cmd::server::LogFormat>) {
+    let default = match (verbose, server.is_some()) {
+        (0, true) => "info",
+        (0, false) => "warn",
+        (1, false) => "info",
+        (1, true) | (2, false) => "debug",
         _ => "trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("PATHDOC_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
+        .with_writer(std::io::stderr)
+        .with_ansi(colour_on_stderr());
+    match server {
+        Some(cmd::server::LogFormat::Json) => builder.json().flatten_event(true).init(),
+        Some(cmd::server::LogFormat::Text) => builder.with_target(false).init(),
+        None => builder.init(),
     }
+}
+
+/// <https://no-color.org>: colour only when stderr is a terminal and `NO_COLOR` is unset or empty.
+fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 #[cfg(test)]

@@ -317,6 +317,7 @@ fn refusing_server() -> SocketAddr {
                             server_version: "test".into(),
                             session: pathdoc_proto::SessionId(0),
                             observed: peer,
+                            revision: 0,
                         }),
                         _ => HelloReply::Refused(Refusal {
                             code: RefusalCode::LimitExceeded,

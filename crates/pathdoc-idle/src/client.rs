@@ -208,6 +208,9 @@ pub async fn run(
 /// connection (heartbeats, resumption) and the channel every request goes through.
 struct ControlLink {
     session: SessionId,
+    server: SocketAddr,
+    token: Option<String>,
+    welcome: pathdoc_proto::Welcome,
     start: Instant,
     grace: Duration,
     heartbeat: Duration,
@@ -262,6 +265,9 @@ impl ControlLink {
         ));
         Ok(ControlLink {
             session: welcome.session,
+            server: cfg.server,
+            token: cfg.token.clone(),
+            welcome,
             start,
             grace,
             heartbeat: cfg.heartbeat(),
@@ -286,6 +292,9 @@ impl ControlLink {
             )
             .await;
             let _ = tokio::time::timeout(Duration::from_secs(2), &mut self.task).await;
+            // Frees the session (and this client's session slot) on the server at once.
+            let _ =
+                pathdoc_proto::end_session(self.server, self.token.clone(), &self.welcome).await;
         }
         self.task.abort();
     }

@@ -93,6 +93,9 @@ struct ProbeKey {
 #[derive(Default)]
 struct IdleState {
     probes: Mutex<HashMap<u32, ProbeEntry>>,
+    /// This session's share of the server's probe-record budget: one unit per record, given
+    /// back when the session (and its results) ends.
+    records: Mutex<Option<pathdoc_server::BudgetHold>>,
     refresh: Mutex<Option<tokio_util_like::Abort>>,
     /// A task waits for the session's end to close its parked sockets (one per session).
     watched: AtomicBool,
@@ -133,6 +136,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+impl IdleState {
+    /// Count one more probe record against the session's client and the server.
+    fn take_record(&self, session: &Session) -> Result<(), pathdoc_server::Refuse> {
+        let mut records = lock(&self.records);
+        records
+            .get_or_insert_with(|| session.budgets().probes.empty(session.client))
+            .try_grow(1)
+    }
+}
+
 fn since(session: &Session, at: Instant) -> u64 {
     since_created(session.created, at)
 }
@@ -161,6 +174,14 @@ impl Service for IdleService {
             {
                 Ok(r) => r,
                 Err(e) if e.is_disconnect() => return Ok(()),
+                // A frame that is not a request: say so and carry on.
+                Err(pathdoc_proto::ProtoError::Malformed(m)) => {
+                    conn.send(&ControlReply::Error {
+                        message: format!("malformed request: {m}"),
+                    })
+                    .await?;
+                    continue;
+                }
                 Err(e) => return Err(e.into()),
             };
             session.touch();
@@ -180,10 +201,10 @@ impl Service for IdleService {
                     }
                 }
                 ControlRequest::Fire { tags, nonce } => ControlReply::Fired {
-                    fired: fire_tcp(&session, &state, &tags, nonce),
+                    fired: fire_tcp(&session, &state, &distinct(tags), nonce),
                 },
                 ControlRequest::FireUdp { tags, nonce } => ControlReply::Fired {
-                    fired: fire_udp(&session, &state, &tags, nonce).await,
+                    fired: fire_udp(&session, &state, &distinct(tags), nonce).await,
                 },
                 ControlRequest::KeepWarm {
                     tags,
@@ -191,7 +212,7 @@ impl Service for IdleService {
                     interval_ms,
                 } => keep_warm(&session, &state, &tags, ttl, interval_ms),
                 ControlRequest::UdpRefresh { tags, interval_ms } => {
-                    start_refresh(&session, &state, tags, interval_ms)
+                    start_refresh(&session, &state, distinct(tags), interval_ms)
                 }
                 ControlRequest::Results { after } => {
                     let probes = lock(&state.probes);
@@ -214,6 +235,19 @@ impl Service for IdleService {
             };
             conn.send(&reply).await?;
         }
+    }
+
+    fn admit_data(
+        &self,
+        session: &Arc<Session>,
+        tag: u32,
+    ) -> Result<Option<pathdoc_server::Reservation>, pathdoc_server::Refuse> {
+        let state = session.state::<IdleState>();
+        let known = lock(&state.probes).contains_key(&tag);
+        if !known {
+            state.take_record(session)?;
+        }
+        Ok(None)
     }
 
     async fn data(
@@ -319,8 +353,15 @@ impl Service for IdleService {
         let mut probes = lock(&state.probes);
         match kind {
             udp_kind::OPEN => {
-                if probes.len() >= MAX_PROBES_PER_SESSION && !probes.contains_key(&msg.tag) {
-                    return None;
+                if !probes.contains_key(&msg.tag) {
+                    if probes.len() >= MAX_PROBES_PER_SESSION {
+                        return None;
+                    }
+                    // Over the record budget: no binding, no answer (the client's test of it
+                    // fails; nothing else is affected).
+                    if state.take_record(&session).is_err() {
+                        return None;
+                    }
                 }
                 probes.insert(
                     msg.tag,
@@ -450,7 +491,8 @@ fn close_all(state: &IdleState, created: Instant) {
 /// Cut complete `u32`-BE-length-prefixed frames out of `chunk` (after what `partial` holds)
 /// and hand each body to `on_frame`; keep an incomplete tail in `partial`. `partial` is only
 /// allocated while a frame is split across reads, and never holds more than one frame + chunk.
-fn split_frames(
+/// Public for the fuzz target (fuzz/): it parses whatever a client sends on a probe connection.
+pub fn split_frames(
     partial: &mut Vec<u8>,
     chunk: &[u8],
     max: usize,
@@ -706,6 +748,17 @@ async fn fire_udp(session: &Session, state: &IdleState, tags: &[u32], nonce: u64
     out
 }
 
+/// Tags in first-seen order without repeats: a request naming one probe 15 000 times does the
+/// work of one.
+fn distinct(tags: Vec<u32>) -> Vec<u32> {
+    let mut seen = std::collections::HashSet::with_capacity(tags.len().min(MAX_PROBES_PER_SESSION));
+    tags.into_iter().filter(|t| seen.insert(*t)).collect()
+}
+
+/// Refresh datagrams one session may send per second; a tick sends at most its share and the
+/// next tick continues where it stopped, so a large request is paced, not burst.
+const REFRESH_DATAGRAMS_PER_SECOND: u64 = 1000;
+
 fn start_refresh(
     session: &Arc<Session>,
     state: &Arc<IdleState>,
@@ -717,13 +770,25 @@ fn start_refresh(
             message: "refresh interval below 200 ms refused".into(),
         };
     }
+    if tags.len() > MAX_PROBES_PER_SESSION {
+        return ControlReply::Error {
+            message: format!(
+                "{} bindings to refresh; a session has at most {MAX_PROBES_PER_SESSION}",
+                tags.len()
+            ),
+        };
+    }
+    let per_tick = (REFRESH_DATAGRAMS_PER_SECOND * interval_ms / 1000).max(1) as usize;
     let session = session.clone();
     let st = state.clone();
     let handle = tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(interval_ms));
+        let mut next = 0usize;
         loop {
+            // Never outlives its client: it stops when the session's last connection closes
+            // (a client that left is not refreshed) or the session ends.
             tokio::select! {
-                _ = session.cancel.cancelled() => return,
+                _ = session.unused() => return,
                 _ = tick.tick() => {}
             }
             let targets: Vec<(u32, SocketAddr)> = {
@@ -737,7 +802,15 @@ fn start_refresh(
                     })
                     .collect()
             };
-            for (tag, to) in targets {
+            if targets.is_empty() {
+                continue;
+            }
+            let n = targets.len().min(per_tick);
+            let batch: Vec<(u32, SocketAddr)> = (0..n)
+                .map(|i| targets[(next + i) % targets.len()])
+                .collect();
+            next = (next + n) % targets.len();
+            for (tag, to) in batch {
                 let payload = UdpPayload {
                     tag,
                     nonce: 0,

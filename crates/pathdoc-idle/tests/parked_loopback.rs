@@ -36,6 +36,8 @@ impl TestServer {
                 connections_per_ip,
                 ..Limits::default()
             },
+            once: false,
+            stats_interval: None,
         };
         let bound = Server::new(config)
             .with_service(Arc::new(IdleService::new()))

@@ -281,6 +281,7 @@ struct MtuRun<'a> {
     progress: &'a dyn Progress,
     conn: FramedConn,
     session: SessionId,
+    welcome: pathdoc_proto::Welcome,
     data: MtuData,
     /// Server→client rounds so far (the server numbers its probes by round).
     down_round: u32,
@@ -334,6 +335,7 @@ impl<'a> MtuRun<'a> {
             progress,
             conn,
             session: welcome.session,
+            welcome,
             data,
             down_round: 0,
             up: None,
@@ -677,6 +679,7 @@ impl<'a> MtuRun<'a> {
     /// Tell the server we are done (it frees the session) and hand over the measurements.
     async fn finish(mut self) -> MtuData {
         let _ = self.conn.send(&Request::Done).await;
+        let _ = pathdoc_proto::end_session(self.server, self.token.clone(), &self.welcome).await;
         if let Some(r) = self.receiver.take() {
             r.abort();
         }

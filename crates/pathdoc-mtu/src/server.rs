@@ -7,7 +7,6 @@
 //! the server sends at most the session's UDP byte budget, only to an address that completed a
 //! TCP handshake for the session and sent a datagram from it.
 
-use std::collections::BTreeMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -45,16 +44,51 @@ struct State {
 #[derive(Default)]
 struct Inner {
     client_udp: Option<SocketAddr>,
-    up_ids: BTreeMap<u32, Vec<u32>>,
-    up_count: usize,
+    /// (round, id) of every client→server probe that arrived, at most [`MAX_UP_IDS`]: a flat
+    /// list, so a session's worst case is 8 bytes per datagram (64 KiB), whatever rounds a
+    /// client invents.
+    up_ids: Vec<(u32, u32)>,
     probe_sock: Option<Arc<UdpSocket>>,
-    bytes_sent: u64,
     next_id: u32,
     mss: Option<(Option<u16>, Option<u32>)>,
     /// Listeners opened for this session; bounded so a client cannot pile up sockets.
     mss_listeners: u32,
+    /// A listener (and the connection it accepted) is open now: one at a time, so a live
+    /// session holds at most three descriptors besides its connections (probe socket,
+    /// listener, the accepted connection).
+    mss_listening: bool,
     bulk: Option<BulkServerStats>,
+    /// A bulk download is running (at most one per session).
+    bulk_running: bool,
 }
+
+/// A session's one bulk-download slot and its share of the server's bulk budget, held with the
+/// data connection (see `Service::admit_data`).
+struct BulkSlot {
+    state: Arc<State>,
+    _budget: pathdoc_server::BudgetHold,
+}
+
+impl Drop for BulkSlot {
+    fn drop(&mut self) {
+        self.state.lock().bulk_running = false;
+    }
+}
+
+/// Drops the session's probe socket when the control connection ends, however it ends: only
+/// the control connection can use it, so a lingering session keeps no UDP socket.
+struct ProbeSocketRelease(Arc<State>);
+
+impl Drop for ProbeSocketRelease {
+    fn drop(&mut self) {
+        self.0.lock().probe_sock = None;
+    }
+}
+
+/// How long a finished bulk download's queued bytes may take to reach a reading client before
+/// the server resets the connection (a client that does not read would otherwise leave them in
+/// an orphaned socket).
+const BULK_CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 impl State {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -249,16 +283,10 @@ impl MtuService {
                             },
                             overhead,
                         );
-                        {
-                            let mut g = state.lock();
-                            if g.bytes_sent + datagram.len() as u64
-                                > session.limits.udp_bytes_per_session
-                            {
-                                return Ok(Some(Reply::Error {
-                                    message: "session UDP budget exhausted".into(),
-                                }));
-                            }
-                            g.bytes_sent += datagram.len() as u64;
+                        if !session.charge_udp(datagram.len()) {
+                            return Ok(Some(Reply::Error {
+                                message: "session UDP budget exhausted".into(),
+                            }));
                         }
                         let local_error = if local_too_big.contains(&spec.size) {
                             true
@@ -292,20 +320,27 @@ impl MtuService {
                 }
             }
             Request::UpReceived { round } => {
-                let ids = state.lock().up_ids.get(&round).cloned().unwrap_or_default();
+                let ids = state
+                    .lock()
+                    .up_ids
+                    .iter()
+                    .filter(|(r, _)| *r == round)
+                    .map(|(_, id)| *id)
+                    .collect();
                 Reply::UpReceived { round, ids }
             }
             Request::MssListen => {
                 {
                     let mut g = state.lock();
-                    if g.mss_listeners >= MAX_MSS_LISTENERS {
+                    if g.mss_listeners >= MAX_MSS_LISTENERS || g.mss_listening {
                         return Ok(Some(Reply::Error {
                             message: format!(
-                                "at most {MAX_MSS_LISTENERS} MSS listeners per session"
+                                "one MSS listener at a time and at most {MAX_MSS_LISTENERS} per session"
                             ),
                         }));
                     }
                     g.mss_listeners += 1;
+                    g.mss_listening = true;
                 }
                 let addr = SocketAddr::new(conn.local().ip(), 0);
                 let listener = std::net::TcpListener::bind(addr)?;
@@ -317,9 +352,11 @@ impl MtuService {
                 state.lock().mss = None;
                 tokio::spawn(async move {
                     let deadline = Instant::now() + Duration::from_secs(5);
-                    while let Ok(Ok((stream, peer))) =
-                        tokio::time::timeout_at(deadline.into(), listener.accept()).await
-                    {
+                    let cancel = session.cancel.clone();
+                    while let Some(Ok(Ok((stream, peer)))) = tokio::select! {
+                        _ = cancel.cancelled() => None,
+                        r = tokio::time::timeout_at(deadline.into(), listener.accept()) => Some(r),
+                    } {
                         if !session.knows_addr(peer.ip()) {
                             continue;
                         }
@@ -335,6 +372,7 @@ impl MtuService {
                             tokio::time::timeout(Duration::from_secs(5), stream.readable()).await;
                         break;
                     }
+                    state.lock().mss_listening = false;
                 });
                 Reply::MssListening { port }
             }
@@ -376,10 +414,23 @@ impl Service for MtuService {
         _resumed: bool,
     ) -> Result<(), ServiceError> {
         let state = session.state::<State>();
+        let _release = ProbeSocketRelease(state.clone());
         loop {
-            let req: Request = tokio::select! {
+            let received = tokio::select! {
                 _ = session.cancel.cancelled() => return Ok(()),
-                r = conn.recv_timeout(CONTROL_IDLE, "the next mtu request") => r?,
+                r = conn.recv_timeout(CONTROL_IDLE, "the next mtu request") => r,
+            };
+            let req: Request = match received {
+                Ok(r) => r,
+                // A frame that is not a request: say so and carry on.
+                Err(pathdoc_proto::ProtoError::Malformed(m)) => {
+                    conn.send(&Reply::Error {
+                        message: format!("malformed request: {m}"),
+                    })
+                    .await?;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
             };
             session.touch();
             let reply = match self.handle(&session, &mut conn, &state, req).await {
@@ -391,6 +442,34 @@ impl Service for MtuService {
             };
             conn.send(&reply).await?;
         }
+    }
+
+    fn admit_data(
+        &self,
+        session: &Arc<Session>,
+        tag: u32,
+    ) -> Result<Option<pathdoc_server::Reservation>, pathdoc_server::Refuse> {
+        if tag != TAG_BULK {
+            return Err(pathdoc_server::Refuse {
+                reason: "unexpected-data",
+                limit: 0,
+                message: format!("unknown mtu data tag {tag}"),
+            });
+        }
+        let state = session.state::<State>();
+        if state.lock().bulk_running {
+            return Err(pathdoc_server::Refuse {
+                reason: "bulk-per-session",
+                limit: 1,
+                message: "a bulk download of this session is already running; a session runs one at a time".into(),
+            });
+        }
+        let budget = session.budgets().bulk.try_take(session.client, 1)?;
+        state.lock().bulk_running = true;
+        Ok(Some(Box::new(BulkSlot {
+            state,
+            _budget: budget,
+        })))
     }
 
     async fn data(
@@ -420,6 +499,7 @@ impl Service for MtuService {
             }
         }
         if let Ok(i) = pathdoc_sys::tcp_info::tcp_info(conn.stream()) {
+            session.add_bytes(i.bytes_acked, i.bytes_received);
             state.lock().bulk = Some(BulkServerStats {
                 bytes_acked: i.bytes_acked,
                 snd_mss: i.snd_mss(),
@@ -427,6 +507,7 @@ impl Service for MtuService {
                 total_retrans: i.total_retrans,
             });
         }
+        pathdoc_server::closing::release_send_queues(&[conn.stream()], BULK_CLOSE_GRACE).await;
         Ok(())
     }
 
@@ -443,9 +524,8 @@ impl Service for MtuService {
             KIND_OPEN => g.client_udp = Some(from),
             KIND_UP_PROBE => {
                 if let Some(f) = ProbeFields::decode(payload) {
-                    if g.up_count < MAX_UP_IDS {
-                        g.up_count += 1;
-                        g.up_ids.entry(f.round).or_default().push(f.id);
+                    if g.up_ids.len() < MAX_UP_IDS {
+                        g.up_ids.push((f.round, f.id));
                     }
                 }
             }

@@ -83,6 +83,8 @@ pub struct FramedConn {
     stream: TcpStream,
     peer: SocketAddr,
     local: SocketAddr,
+    /// Longest a [`send`](Self::send) may wait for the peer to take the frame.
+    send_timeout: Option<Duration>,
 }
 
 impl FramedConn {
@@ -93,7 +95,14 @@ impl FramedConn {
             stream,
             peer,
             local,
+            send_timeout: None,
         })
+    }
+
+    /// Bound every later [`send`](Self::send): a peer that stops reading makes it fail with
+    /// [`ProtoError::Timeout`] instead of blocking (a server must not wait forever on a client).
+    pub fn set_send_timeout(&mut self, timeout: Option<Duration>) {
+        self.send_timeout = timeout;
     }
 
     pub fn peer(&self) -> SocketAddr {
@@ -105,7 +114,12 @@ impl FramedConn {
     }
 
     pub async fn send<T: Serialize>(&mut self, msg: &T) -> Result<(), ProtoError> {
-        write_frame(&mut self.stream, msg).await
+        match self.send_timeout {
+            None => write_frame(&mut self.stream, msg).await,
+            Some(t) => tokio::time::timeout(t, write_frame(&mut self.stream, msg))
+                .await
+                .map_err(|_| ProtoError::Timeout(t, "the peer to read a frame"))?,
+        }
     }
 
     pub async fn recv<T: DeserializeOwned>(&mut self) -> Result<T, ProtoError> {

@@ -26,6 +26,10 @@ pub use udp::UdpHeader;
 pub const MAGIC: [u8; 4] = *b"PDoc";
 /// Bumped on any incompatible change; client and server must match exactly.
 pub const PROTOCOL_VERSION: u16 = 1;
+/// Additions within [`PROTOCOL_VERSION`] that an older peer can ignore. Each side sends its
+/// revision in [`Hello`]/[`Welcome`] (absent = 0) and uses a newer message only when the peer
+/// announced it. Revision 1: [`Channel::End`] (a client ends its session explicitly).
+pub const PROTOCOL_REVISION: u16 = 1;
 /// Largest JSON frame either side accepts; bigger ones are a protocol error, not an allocation.
 pub const MAX_FRAME: usize = 64 * 1024;
 /// Default server port, TCP and UDP.
@@ -51,7 +55,7 @@ impl fmt::Display for CheckKind {
 }
 
 /// Server-chosen session identifier, random so that one client cannot guess another's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct SessionId(pub u64);
 
 impl fmt::Display for SessionId {
@@ -73,6 +77,11 @@ pub enum Channel {
     /// A data or probe connection of an existing session; `tag` is the check's own label
     /// (probe number, stream number).
     Data { session: SessionId, tag: u32 },
+    /// Revision 1: the client is done with `session`; the server frees everything the session
+    /// holds at once (instead of keeping it for a resume) and answers with a [`Welcome`] naming
+    /// it, or an `unknown-session` refusal when it has already ended. Send it only to a server
+    /// whose [`Welcome::revision`] is at least 1 ([`end_session`] does).
+    End { session: SessionId },
     /// A reachability and credentials check (the client's preflight before its checks): the
     /// server answers with a [`Welcome`] carrying session id 0, or a [`Refusal`], and closes.
     /// No session is created. Servers older than this variant refuse it as a malformed hello,
@@ -88,6 +97,9 @@ pub struct Hello {
     pub token: Option<String>,
     /// Client software version, for logs.
     pub client_version: String,
+    /// The client's [`PROTOCOL_REVISION`] (0 when absent: clients before revisions existed).
+    #[serde(default)]
+    pub revision: u16,
     pub channel: Channel,
 }
 
@@ -99,6 +111,9 @@ pub struct Welcome {
     pub session: SessionId,
     /// The client's address and port as the server sees them: the NAT's public mapping.
     pub observed: SocketAddr,
+    /// The server's [`PROTOCOL_REVISION`] (0 when absent: servers before revisions existed).
+    #[serde(default)]
+    pub revision: u16,
 }
 
 /// Why the server turned a connection away.
@@ -108,7 +123,8 @@ pub enum RefusalCode {
     VersionMismatch,
     AuthRequired,
     AuthFailed,
-    /// Too many connections or sessions from this client, or the server is full.
+    /// Too many connections or sessions from this client, or the server is full; the message
+    /// says which limit, its value and what to do.
     LimitExceeded,
     UnknownSession,
     UnsupportedCheck,
@@ -130,7 +146,8 @@ impl fmt::Display for RefusalCode {
     }
 }
 
-/// The server's refusal, sent before it closes the connection.
+/// The server's refusal, sent before it closes the connection. `message` is written for the
+/// user: which limit or rule, its value, and the way out.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refusal {
     pub code: RefusalCode,
@@ -225,6 +242,7 @@ pub async fn handshake(
     let hello = Hello {
         token,
         client_version: software_version(),
+        revision: PROTOCOL_REVISION,
         channel,
     };
     tokio::time::timeout(deadline, async {
@@ -239,4 +257,80 @@ pub async fn handshake(
     .await
     .map_err(|_| ProtoError::Timeout(deadline, "server handshake"))?
     .map(|welcome| (conn, welcome))
+}
+
+/// How long [`end_session`] waits for the server.
+pub const END_SESSION_DEADLINE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Tell the server that the session `welcome` named is finished, so it frees what the session
+/// holds at once and the client's address gets its session slot back. Best effort with a short
+/// deadline ([`END_SESSION_DEADLINE`]): a server that does not understand it (revision 0) is not
+/// asked, and a session the server already ended is not an error. Call it once a check has
+/// everything it needs from the server (also after an interruption).
+pub async fn end_session(
+    server: SocketAddr,
+    token: Option<String>,
+    welcome: &Welcome,
+) -> Result<(), ProtoError> {
+    if welcome.revision < 1 {
+        return Ok(());
+    }
+    let channel = Channel::End {
+        session: welcome.session,
+    };
+    match connect(server, token, channel, END_SESSION_DEADLINE).await {
+        Ok(_) => Ok(()),
+        Err(ProtoError::Refused(r)) if r.code == RefusalCode::UnknownSession => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn revision_fields_default_to_zero_for_older_peers() {
+        let old_hello =
+            r#"{"client_version":"pathdoc 0.0.9","channel":{"type":"data","session":5,"tag":1}}"#;
+        let hello: Hello = serde_json::from_str(old_hello).unwrap();
+        assert_eq!(hello.revision, 0);
+        let old_welcome =
+            r#"{"server_version":"pathdoc 0.0.9","session":5,"observed":"192.0.2.1:4000"}"#;
+        let welcome: Welcome = serde_json::from_str(old_welcome).unwrap();
+        assert_eq!(welcome.revision, 0);
+        let end = serde_json::to_string(&Channel::End {
+            session: SessionId(7),
+        })
+        .unwrap();
+        assert_eq!(end, r#"{"type":"end","session":7}"#);
+    }
+
+    #[test]
+    fn refusals_read_as_words_without_type_names() {
+        let e = ProtoError::Refused(Refusal {
+            code: RefusalCode::LimitExceeded,
+            message: "it allows 32 concurrent sessions per client address".into(),
+        });
+        let text = e.to_string();
+        assert!(!text.contains("LimitExceeded"), "{text}");
+        assert!(
+            text.starts_with("server refused: it allows 32") && text.ends_with("(limit reached)"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn end_session_is_not_sent_to_a_server_without_revision_1() {
+        // A closed port: were it contacted, this would fail.
+        let welcome = Welcome {
+            server_version: "old".into(),
+            session: SessionId(1),
+            observed: "127.0.0.1:1".parse().unwrap(),
+            revision: 0,
+        };
+        end_session("127.0.0.1:1".parse().unwrap(), None, &welcome)
+            .await
+            .unwrap();
+    }
 }

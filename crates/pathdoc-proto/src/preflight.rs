@@ -174,6 +174,7 @@ async fn ping(
     let hello = Hello {
         token,
         client_version: crate::software_version(),
+        revision: crate::PROTOCOL_REVISION,
         channel: Channel::Ping,
     };
     // A peer that closes at once may reset our write; what it (did not) say decides below.
@@ -305,6 +306,7 @@ mod tests {
                                 server_version: "test".into(),
                                 session: crate::SessionId(0),
                                 observed: from,
+                                revision: 0,
                             };
                             conn.send(&HelloReply::Welcome(w)).await.unwrap();
                         }

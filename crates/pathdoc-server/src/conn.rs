@@ -1,18 +1,22 @@
 //! One accepted TCP connection: admission, handshake, auth, dispatch to a service.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use pathdoc_proto::{
-    read_preamble, write_preamble, Channel, FramedConn, Hello, HelloReply, ProtoError, Refusal,
-    RefusalCode, Welcome,
+    read_preamble, write_preamble, Channel, CheckKind, FramedConn, Hello, HelloReply, ProtoError,
+    Refusal, RefusalCode, SessionId, Welcome,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::limits::AdmitError;
-use crate::session::SessionError;
-use crate::Shared;
+use crate::budget::Refuse;
+use crate::limits::{AdmitError, ClientKey, ConnectionPermit, Limits};
+use crate::session::{EndReason, SessionError};
+use crate::stats::Accounting;
+use crate::{ServiceError, Shared, SEND_TIMEOUT};
 
 pub(crate) fn bind_tcp(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     let socket = socket2::Socket::new(
@@ -28,80 +32,106 @@ pub(crate) fn bind_tcp(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListe
     tokio::net::TcpListener::from_std(socket.into())
 }
 
-pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
-    let permit = match shared.conns.try_admit(peer.ip(), &shared.config.limits) {
-        Ok(permit) => permit,
-        Err(e) => {
-            let message = match e {
-                AdmitError::PerIp(n) => {
-                    format!("too many connections from {} (limit {n})", peer.ip())
-                }
-                AdmitError::Total(n) => format!("server is full ({n} connections)"),
-            };
-            tracing::info!(%peer, %message, "connection refused");
-            refuse_raw(stream, RefusalCode::LimitExceeded, message).await;
-            return;
-        }
-    };
-    let mut conn = match FramedConn::new(stream) {
-        Ok(c) => c,
-        Err(_) => return,
-    };
-    let deadline = shared.config.limits.handshake_timeout;
-    let hello = tokio::select! {
-        _ = shared.shutdown.cancelled() => return,
-        r = tokio::time::timeout(deadline, read_hello(&mut conn)) => r,
-    };
-    let hello = match hello {
-        Ok(Ok(hello)) => hello,
-        Ok(Err(e)) => {
-            tracing::info!(%peer, error = %e, "bad handshake");
-            let reply = match &e {
-                ProtoError::VersionMismatch { ours, theirs } => Some((
-                    RefusalCode::VersionMismatch,
-                    format!("server speaks pathdoc protocol {ours}, client speaks {theirs}; upgrade the older side"),
-                )),
-                ProtoError::Malformed(m) => Some((RefusalCode::BadRequest, format!("malformed hello: {m}"))),
-                ProtoError::FrameTooLarge(_) => Some((RefusalCode::BadRequest, e.to_string())),
-                // Garbage: answer with the preamble and one short refusal so a human who
-                // pointed the wrong program here sees why, then close.
-                ProtoError::NotPathdoc(_) => Some((RefusalCode::BadRequest, "not a pathdoc client".to_string())),
-                _ => None,
-            };
-            if let Some((code, message)) = reply {
-                refuse(&mut conn, code, message).await;
-            }
-            return;
-        }
-        Err(_) => {
-            tracing::info!(%peer, ?deadline, "handshake timed out");
-            return;
-        }
-    };
+/// Count a new connection against its client's and the server's limits.
+pub(crate) fn admit(shared: &Shared, peer: SocketAddr) -> Result<ConnectionPermit, AdmitError> {
+    shared.accounting.accepted.fetch_add(1, Ordering::Relaxed);
+    let limits = &shared.config.limits;
+    shared
+        .conns
+        .try_admit(ClientKey::of(peer.ip(), limits), limits)
+}
 
-    if let Some(expected) = &shared.config.auth_token {
-        match &hello.token {
-            None => {
-                return refuse(
-                    &mut conn,
-                    RefusalCode::AuthRequired,
-                    "this server requires --auth-token".into(),
-                )
-                .await
+/// Refuse a connection [`admit`] turned away, from the accept loop: the refusal is written at
+/// once (it fits an empty socket buffer) after reading what the client already sent, and the
+/// socket closed, all without waiting. Only when the client's hello has not arrived yet does
+/// a task wait for it briefly (see [`refuse`]), and only while few refusals are waiting.
+pub(crate) fn refuse_admission(
+    shared: &Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    over: AdmitError,
+) {
+    let key = ClientKey::of(peer.ip(), &shared.config.limits);
+    let refusal = match over {
+        AdmitError::PerClient(n) => Refuse {
+            reason: "connections-per-client",
+            limit: n,
+            message: format!(
+                "it allows {n} open connections per client address ({key}) and this address has them all; \
+                 wait for other pathdoc runs from this address or network to finish, or ask its operator to raise --max-connections-per-ip"
+            ),
+        },
+        AdmitError::Total(n) => Refuse {
+            reason: "connections-total",
+            limit: n,
+            message: format!(
+                "it is holding its maximum of {n} open connections; try again in a few minutes or ask its operator to raise --max-connections"
+            ),
+        },
+    };
+    shared.accounting.refused(peer, &refusal);
+    let bytes = encode_refusal(RefusalCode::LimitExceeded, refusal.message);
+    let mut sink = [0u8; 1024];
+    let mut heard = false;
+    for _ in 0..4 {
+        match stream.try_read(&mut sink) {
+            Ok(0) => {
+                heard = true;
+                break;
             }
-            Some(t) if !constant_time_eq(t.as_bytes(), expected.as_bytes()) => {
-                tracing::info!(%peer, "authentication failed");
-                return refuse(
-                    &mut conn,
-                    RefusalCode::AuthFailed,
-                    "wrong auth token".into(),
-                )
-                .await;
-            }
-            Some(_) => {}
+            Ok(_) => heard = true,
+            Err(_) => break,
         }
     }
+    let slot = (!heard)
+        .then(|| DrainSlot::take(&shared.accounting))
+        .flatten();
+    let Some(slot) = slot else {
+        let _ = stream.try_write(&bytes);
+        let _ = socket2::SockRef::from(&stream).shutdown(std::net::Shutdown::Write);
+        return;
+    };
+    shared.tasks.spawn(async move {
+        let mut stream = stream;
+        send_refusal(&mut stream, bytes, Some(slot)).await;
+    });
+}
 
+/// One of the [`MAX_DRAINING_REFUSALS`] refused connections that may wait for their client's
+/// bytes; taken before the wait starts, so a burst cannot overshoot.
+struct DrainSlot(Arc<Accounting>);
+
+impl DrainSlot {
+    fn take(accounting: &Arc<Accounting>) -> Option<DrainSlot> {
+        let refusing = &accounting.refusing;
+        if refusing.fetch_add(1, Ordering::AcqRel) >= MAX_DRAINING_REFUSALS {
+            refusing.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(DrainSlot(accounting.clone()))
+    }
+}
+
+impl Drop for DrainSlot {
+    fn drop(&mut self) {
+        self.0.refusing.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// One admitted connection: handshake, then the channel it asked for.
+pub(crate) async fn handle(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    permit: ConnectionPermit,
+) {
+    let Ok(mut conn) = FramedConn::new(stream) else {
+        return;
+    };
+    let Some(hello) = handshake(&shared, &mut conn, peer).await else {
+        return;
+    };
+    conn.set_send_timeout(Some(SEND_TIMEOUT));
     match hello.channel {
         // A client's preflight: reachable, same version, right token. No session, no task.
         Channel::Ping => {
@@ -109,99 +139,342 @@ pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream, peer: SocketA
             let _ = welcome(&mut conn, pathdoc_proto::SessionId(0), peer).await;
         }
         Channel::Control { check, resume } => {
-            let Some(service) = shared.service(check) else {
-                return refuse(
-                    &mut conn,
-                    RefusalCode::UnsupportedCheck,
-                    format!("this server does not run the {check} check"),
-                )
-                .await;
-            };
-            let (session, resumed) = match resume {
-                Some(id) => match shared.registry.get(id) {
-                    Ok(s) if s.check == check => (s, true),
-                    _ => {
-                        return refuse(
-                            &mut conn,
-                            RefusalCode::UnknownSession,
-                            format!("session {id} is unknown or expired"),
-                        )
-                        .await
-                    }
-                },
-                None => match shared.registry.create(
-                    check,
-                    peer.ip(),
-                    shared.udp.clone(),
-                    &shared.shutdown,
-                ) {
-                    Ok(s) => (s, false),
-                    Err(SessionError::TooMany(n)) => {
-                        return refuse(
-                            &mut conn,
-                            RefusalCode::LimitExceeded,
-                            format!("too many sessions from {} (limit {n})", peer.ip()),
-                        )
-                        .await
-                    }
-                    Err(SessionError::Unknown(_)) => return,
-                },
-            };
-            session.note_addr(peer.ip());
-            session.touch();
-            if welcome(&mut conn, session.id, peer).await.is_err() {
-                return;
-            }
-            tracing::info!(%peer, session = %session.id, %check, resumed, "control connection");
-            // The handshake's state is dropped here; the connection lives on in a task that
-            // holds only what the service needs.
-            shared.tasks.spawn(async move {
-                let _permit = permit;
-                let cancel = session.cancel.clone();
-                tokio::select! {
-                    _ = cancel.cancelled() => {}
-                    r = service.control(session.clone(), conn, resumed) => {
-                        if let Err(e) = r {
-                            tracing::info!(%peer, session = %session.id, error = %e, "control ended with error");
-                        }
-                    }
-                }
-                session.touch();
-            });
+            let version = hello.client_version;
+            serve_control(shared, conn, peer, permit, (check, resume), version).await
         }
-        Channel::Data { session: id, tag } => {
-            let session = match shared.registry.get(id) {
-                Ok(s) => s,
-                Err(_) => {
-                    return refuse(
-                        &mut conn,
-                        RefusalCode::UnknownSession,
-                        format!("session {id} is unknown or expired"),
-                    )
-                    .await
-                }
-            };
-            let Some(service) = shared.service(session.check) else {
-                return;
-            };
-            session.note_addr(peer.ip());
-            session.touch();
-            if welcome(&mut conn, session.id, peer).await.is_err() {
-                return;
-            }
-            shared.tasks.spawn(async move {
-                let cancel = session.cancel.clone();
-                tokio::select! {
-                    _ = cancel.cancelled() => {}
-                    r = service.data(session.clone(), tag, conn, permit) => {
-                        if let Err(e) = r {
-                            tracing::debug!(%peer, session = %session.id, tag, error = %e, "data connection ended with error");
-                        }
-                    }
-                }
-                session.touch();
-            });
+        Channel::Data { session, tag } => {
+            serve_data(shared, conn, peer, permit, session, tag).await
         }
+        Channel::End { session: id } => {
+            if shared.registry.end(id, EndReason::Client) {
+                let _ = welcome(&mut conn, id, peer).await;
+            } else {
+                refuse_session(&shared, &mut conn, peer, SessionError::Unknown(id)).await;
+            }
+        }
+    }
+}
+
+/// Preamble, `Hello` within the handshake deadline, auth. `None` when the connection was
+/// refused (told why) or broke.
+async fn handshake(shared: &Shared, conn: &mut FramedConn, peer: SocketAddr) -> Option<Hello> {
+    let deadline = shared.config.limits.handshake_timeout;
+    let hello = tokio::select! {
+        _ = shared.shutdown.cancelled() => return None,
+        r = tokio::time::timeout(deadline, read_hello(conn)) => r,
+    };
+    let (code, refusal) = match hello {
+        Ok(Ok(hello)) => match check_auth(shared, &hello) {
+            None => return Some(hello),
+            Some(refused) => refused,
+        },
+        Ok(Err(e)) => {
+            let (reason, code, message) = match &e {
+                ProtoError::VersionMismatch { ours, theirs } => (
+                    "version-mismatch",
+                    RefusalCode::VersionMismatch,
+                    format!("it speaks pathdoc protocol {ours}, this client speaks {theirs}; upgrade the older side"),
+                ),
+                ProtoError::Malformed(m) => ("malformed-hello", RefusalCode::BadRequest, format!("malformed hello: {m}")),
+                ProtoError::FrameTooLarge(_) => ("malformed-hello", RefusalCode::BadRequest, e.to_string()),
+                // Garbage: answer with the preamble and one short refusal so a human who
+                // pointed the wrong program here sees why, then close.
+                ProtoError::NotPathdoc(_) => ("not-pathdoc", RefusalCode::BadRequest, "not a pathdoc client".to_string()),
+                // The connection broke: nobody to tell.
+                _ => {
+                    tracing::debug!(client = %peer, error = %e, "handshake failed");
+                    return None;
+                }
+            };
+            let limit = 0;
+            (
+                code,
+                Refuse {
+                    reason,
+                    limit,
+                    message,
+                },
+            )
+        }
+        Err(_) => (
+            RefusalCode::BadRequest,
+            Refuse {
+                reason: "handshake-timeout",
+                limit: deadline.as_secs() as u32,
+                message: format!("no pathdoc hello within {} s", deadline.as_secs()),
+            },
+        ),
+    };
+    refuse(shared, conn.stream_mut(), peer, code, refusal).await;
+    None
+}
+
+/// A control connection: a new session, or a resumed one; then the check's service runs it in
+/// a task that holds only what the service needs (the handshake's state is dropped here).
+async fn serve_control(
+    shared: Arc<Shared>,
+    mut conn: FramedConn,
+    peer: SocketAddr,
+    mut permit: ConnectionPermit,
+    (check, resume): (CheckKind, Option<SessionId>),
+    client_version: String,
+) {
+    let Some(service) = shared.service(check) else {
+        let refusal = Refuse {
+            reason: "unsupported-check",
+            limit: 0,
+            message: format!("this server does not run the {check} check"),
+        };
+        let code = RefusalCode::UnsupportedCheck;
+        return refuse(&shared, conn.stream_mut(), peer, code, refusal).await;
+    };
+    let attached = match resume {
+        Some(id) => match shared.registry.get(id) {
+            Ok(s) if s.check == check => shared.registry.attach(&s).map(|u| (s, u, true)),
+            _ => Err(SessionError::Unknown(id)),
+        },
+        None => shared
+            .registry
+            .create(check, peer.ip(), shared.udp.clone(), &shared.shutdown)
+            .map(|(s, u)| (s, u, false)),
+    };
+    let (session, session_use, resumed) = match attached {
+        Ok(x) => x,
+        Err(e) => return refuse_session(&shared, &mut conn, peer, e).await,
+    };
+    permit.attach(session_use);
+    session.note_addr(peer.ip());
+    session.touch();
+    if welcome(&mut conn, session.id, peer).await.is_err() {
+        return;
+    }
+    if session.may_log() {
+        tracing::info!(
+            client = %peer,
+            session = %session.id,
+            %check,
+            %client_version,
+            "{}",
+            if resumed { "session resumed" } else { "session start" }
+        );
+    }
+    shared.tasks.spawn(async move {
+        let _permit = permit;
+        let cancel = session.cancel.clone();
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            r = service.control(session.clone(), conn, resumed) => match r {
+                // A client that vanished is the session end line's business.
+                Err(ServiceError::Proto(e)) if e.is_disconnect() => {}
+                Err(e) => tracing::debug!(client = %peer, session = %session.id, error = %e, "control connection ended with an error"),
+                Ok(()) => {}
+            }
+        }
+        session.touch();
+    });
+}
+
+/// A data connection of a session: the service may refuse it (with the reason) or reserve what
+/// serving it costs before it is welcomed.
+async fn serve_data(
+    shared: Arc<Shared>,
+    mut conn: FramedConn,
+    peer: SocketAddr,
+    mut permit: ConnectionPermit,
+    id: SessionId,
+    tag: u32,
+) {
+    let attached = shared
+        .registry
+        .get(id)
+        .and_then(|s| shared.registry.attach(&s).map(|u| (s, u)));
+    let (session, session_use) = match attached {
+        Ok(x) => x,
+        Err(e) => return refuse_session(&shared, &mut conn, peer, e).await,
+    };
+    permit.attach(session_use);
+    let Some(service) = shared.service(session.check) else {
+        return;
+    };
+    match service.admit_data(&session, tag) {
+        Ok(Some(reservation)) => permit.reserve(reservation),
+        Ok(None) => {}
+        Err(refusal) => {
+            let code = RefusalCode::LimitExceeded;
+            return refuse(&shared, conn.stream_mut(), peer, code, refusal).await;
+        }
+    }
+    session.note_addr(peer.ip());
+    session.touch();
+    if welcome(&mut conn, session.id, peer).await.is_err() {
+        return;
+    }
+    tracing::debug!(client = %peer, session = %session.id, tag, "accepted data connection");
+    shared.tasks.spawn(async move {
+        let cancel = session.cancel.clone();
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            r = service.data(session.clone(), tag, conn, permit) => {
+                if let Err(e) = r {
+                    tracing::debug!(client = %peer, session = %session.id, tag, error = %e, "data connection ended with an error");
+                }
+            }
+        }
+        session.touch();
+    });
+}
+
+/// The shared secret, when the server requires one.
+fn check_auth(shared: &Shared, hello: &Hello) -> Option<(RefusalCode, Refuse)> {
+    let expected = shared.config.auth_token.as_ref()?;
+    let (code, reason, message) = match &hello.token {
+        None => (
+            RefusalCode::AuthRequired,
+            "auth-required",
+            "this server requires a shared secret: pass --auth-token (or set PATHDOC_AUTH_TOKEN)",
+        ),
+        Some(t) if !constant_time_eq(t.as_bytes(), expected.as_bytes()) => {
+            (RefusalCode::AuthFailed, "auth-failed", "wrong auth token")
+        }
+        Some(_) => return None,
+    };
+    Some((
+        code,
+        Refuse {
+            reason,
+            limit: 0,
+            message: message.to_string(),
+        },
+    ))
+}
+
+/// Words for a session that cannot be created, found or attached to.
+fn session_refusal(e: SessionError, limits: &Limits) -> (RefusalCode, Refuse) {
+    let (code, reason, limit, message) = match e {
+        SessionError::TooMany {
+            limit,
+            client,
+            soonest_end,
+        } => (
+            RefusalCode::LimitExceeded,
+            "sessions-per-client",
+            limit,
+            format!(
+                "it allows {} per client address ({client}) and {} running; \
+                 wait until one finishes (at the latest in {}) or ask its operator to raise --max-sessions-per-ip",
+                if limit == 1 { "1 concurrent session".to_string() } else { format!("{limit} concurrent sessions") },
+                if limit == 1 { "it is" } else { "all are" },
+                format_duration(soonest_end)
+            ),
+        ),
+        SessionError::Full(n) => (
+            RefusalCode::LimitExceeded,
+            "sessions-total",
+            n,
+            format!(
+                "it is running its maximum of {n} sessions; try again in a few minutes or ask its operator to raise --max-sessions"
+            ),
+        ),
+        SessionError::Busy => (
+            RefusalCode::LimitExceeded,
+            "once-busy",
+            1,
+            "it was started with --once and is serving another client; try again when that client is done".into(),
+        ),
+        SessionError::Unknown(id) => (
+            RefusalCode::UnknownSession,
+            "unknown-session",
+            0,
+            format!(
+                "session {id} is unknown or has ended (sessions without a connection are kept {})",
+                format_duration(limits.session_linger)
+            ),
+        ),
+    };
+    (
+        code,
+        Refuse {
+            reason,
+            limit,
+            message,
+        },
+    )
+}
+
+async fn refuse_session(shared: &Shared, conn: &mut FramedConn, peer: SocketAddr, e: SessionError) {
+    let (code, refusal) = session_refusal(e, &shared.config.limits);
+    refuse(shared, conn.stream_mut(), peer, code, refusal).await;
+}
+
+/// Longest a refusal may take to write (it fits an empty socket buffer: normally at once).
+const REFUSAL_WRITE: Duration = Duration::from_millis(100);
+/// Longest a refused connection waits for what its client already sent (see [`refuse`]).
+const REFUSAL_DRAIN: Duration = Duration::from_millis(50);
+/// Refused connections that may wait for their client's bytes at once; more close right after
+/// the refusal is written. Bounds the descriptors a refusal flood can hold.
+const MAX_DRAINING_REFUSALS: u32 = 256;
+
+/// Refuse a connection: count and log the reason, write a `refused` frame, and close. Costs one
+/// descriptor for at most [`REFUSAL_WRITE`] + [`REFUSAL_DRAIN`]: closing with the client's hello
+/// still unread would make the kernel answer with a reset that can destroy the refusal before
+/// the client reads it, so the server first reads what the client sent (it normally arrived
+/// with the handshake), bounded in time, bytes and in how many refusals may wait at once.
+async fn refuse(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    code: RefusalCode,
+    refusal: Refuse,
+) {
+    shared.accounting.refused(peer, &refusal);
+    let slot = DrainSlot::take(&shared.accounting);
+    send_refusal(stream, encode_refusal(code, refusal.message), slot).await;
+}
+
+/// Preamble and `refused` frame, ready to write.
+fn encode_refusal(code: RefusalCode, message: String) -> Vec<u8> {
+    let reply = HelloReply::Refused(Refusal { code, message });
+    let mut bytes = Vec::with_capacity(256);
+    bytes.extend_from_slice(&pathdoc_proto::MAGIC);
+    bytes.extend_from_slice(&pathdoc_proto::PROTOCOL_VERSION.to_be_bytes());
+    let body = serde_json::to_vec(&reply).unwrap_or_default();
+    bytes.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    bytes.extend_from_slice(&body);
+    bytes
+}
+
+/// Write the refusal, then read what the client sent (bounded in time, bytes, and in how many
+/// refusals may wait at once), then close.
+async fn send_refusal(stream: &mut TcpStream, bytes: Vec<u8>, slot: Option<DrainSlot>) {
+    let _ = tokio::time::timeout(REFUSAL_WRITE, async {
+        stream.write_all(&bytes).await?;
+        stream.shutdown().await
+    })
+    .await;
+    if slot.is_some() {
+        let mut sink = [0u8; 1024];
+        let mut drained = 0usize;
+        let _ = tokio::time::timeout(REFUSAL_DRAIN, async {
+            while drained < 4096 {
+                match stream.read(&mut sink).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => drained += n,
+                }
+            }
+        })
+        .await;
+    }
+}
+
+/// A duration for a refusal message: whole seconds below a minute, else minutes.
+fn format_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    let mins = secs.div_ceil(60);
+    match (secs, mins / 60, mins % 60) {
+        (0..=59, ..) => format!("{} s", secs.max(1)),
+        (60..=3599, ..) => format!("{mins} min"),
+        (_, h, 0) => format!("{h} h"),
+        (_, h, m) => format!("{h} h {m} min"),
     }
 }
 
@@ -220,39 +493,9 @@ async fn welcome(
         server_version: pathdoc_proto::software_version(),
         session,
         observed: peer,
+        revision: pathdoc_proto::PROTOCOL_REVISION,
     });
     conn.send(&reply).await
-}
-
-async fn refuse(conn: &mut FramedConn, code: RefusalCode, message: String) {
-    let reply = HelloReply::Refused(Refusal { code, message });
-    // Best effort with a short deadline: the peer may not be reading.
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
-        write_preamble(conn.stream_mut()).await?;
-        conn.send(&reply).await?;
-        conn.stream_mut().shutdown().await.map_err(ProtoError::from)
-    })
-    .await;
-    // Closing with the client's Hello still unread would make the kernel answer with a RST,
-    // which can destroy the refusal before the client reads it. Read and discard what the
-    // client sends until it closes, bounded in time and bytes.
-    let mut sink = [0u8; 1024];
-    let mut drained = 0usize;
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
-        while drained < 64 * 1024 {
-            match conn.stream_mut().read(&mut sink).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => drained += n,
-            }
-        }
-    })
-    .await;
-}
-
-async fn refuse_raw(stream: TcpStream, code: RefusalCode, message: String) {
-    if let Ok(mut conn) = FramedConn::new(stream) {
-        refuse(&mut conn, code, message).await;
-    }
 }
 
 /// Compare secrets without leaking the position of the first difference through timing.

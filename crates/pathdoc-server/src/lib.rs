@@ -11,8 +11,11 @@
 //! caps connections and sessions per client address and in total, ends sessions at a hard
 //! deadline, and answers UDP only for live sessions with no more bytes than it received.
 
+pub mod budget;
+pub mod closing;
 pub mod limits;
 pub mod session;
+pub mod stats;
 
 mod conn;
 mod udp;
@@ -25,8 +28,15 @@ use async_trait::async_trait;
 use pathdoc_proto::{CheckKind, FramedConn};
 use tokio_util::sync::CancellationToken;
 
-pub use limits::{ConnectionPermit, Limits};
-pub use session::{Session, SessionRegistry};
+pub use budget::{Budget, BudgetHold, Budgets, Refuse};
+pub use limits::{ClientKey, ConnectionPermit, Limits, Reservation};
+pub use session::{EndReason, RegistrySnapshot, Session, SessionRegistry};
+pub use stats::Accounting;
+
+/// Longest the server waits for a client to take a frame it sends (control replies, refusals
+/// excepted: those have their own short deadline). A client that stops reading loses its
+/// connection instead of holding a task and a send queue.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Server settings. `Default` gives safe public-server values.
 #[derive(Debug, Clone)]
@@ -36,7 +46,16 @@ pub struct ServerConfig {
     /// Shared secret required in every Hello, if set.
     pub auth_token: Option<String>,
     pub limits: Limits,
+    /// Serve one client (address group), then stop: other clients are refused meanwhile, and
+    /// [`BoundServer::run`] returns once that client has had no live session for
+    /// [`ONCE_QUIET`] (a `pathdoc check` runs its checks one after another).
+    pub once: bool,
+    /// How often the server logs its counters line (`None`: never).
+    pub stats_interval: Option<Duration>,
 }
+
+/// `--once`: how long the served client may have no live session before the server stops.
+pub const ONCE_QUIET: Duration = Duration::from_secs(3);
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -44,6 +63,8 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], pathdoc_proto::DEFAULT_PORT)),
             auth_token: None,
             limits: Limits::default(),
+            once: false,
+            stats_interval: Some(Duration::from_secs(60)),
         }
     }
 }
@@ -64,8 +85,14 @@ pub enum ServiceError {
 /// Errors that stop the server.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("cannot listen on {addr}: {source}")]
+    // The cause is the error's source, printed once by whoever shows the chain.
+    #[error("cannot listen on {addr}")]
     Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on {addr} (UDP; another program may hold the port)")]
+    BindUdp {
         addr: SocketAddr,
         source: std::io::Error,
     },
@@ -88,6 +115,15 @@ pub trait Service: Send + Sync + 'static {
         conn: FramedConn,
         resumed: bool,
     ) -> Result<(), ServiceError>;
+
+    /// Before a data connection of `session` labelled `tag` is welcomed: check the tag and
+    /// reserve what serving it costs (a bulk-download slot, say), or refuse it with the reason
+    /// the client is shown. The reservation travels with the connection's permit and is released
+    /// when the connection closes.
+    fn admit_data(&self, session: &Arc<Session>, tag: u32) -> Result<Option<Reservation>, Refuse> {
+        let _ = (session, tag);
+        Ok(None)
+    }
 
     /// Handle a data/probe connection of `session`, labelled `tag` by the client. `permit`
     /// counts the connection against the client's limits until dropped: a service that parks
@@ -154,12 +190,18 @@ impl Server {
             addr: listen,
             source,
         })?;
-        let udp = udp::bind_udp(local).map_err(|source| ServerError::Bind {
+        let udp = udp::bind_udp(local).map_err(|source| ServerError::BindUdp {
             addr: local,
             source,
         })?;
+        let accounting = Arc::new(Accounting::new(&self.config.limits));
         let shared = Arc::new(Shared {
-            registry: SessionRegistry::new(self.config.limits.clone()),
+            registry: SessionRegistry::new(
+                self.config.limits.clone(),
+                self.config.once,
+                accounting.clone(),
+            ),
+            accounting,
             conns: limits::ConnectionCounter::default(),
             udp: Arc::new(udp),
             services: self.services,
@@ -175,6 +217,7 @@ impl Server {
 pub(crate) struct Shared {
     pub(crate) config: ServerConfig,
     pub(crate) registry: SessionRegistry,
+    pub(crate) accounting: Arc<Accounting>,
     pub(crate) conns: limits::ConnectionCounter,
     pub(crate) udp: Arc<tokio::net::UdpSocket>,
     pub(crate) services: Vec<Arc<dyn Service>>,
@@ -201,21 +244,54 @@ impl BoundServer {
         self.local
     }
 
-    /// Serve until `shutdown` completes, then stop accepting, cancel the sessions and give
-    /// running connections `grace` to finish.
+    /// The session registry (for counters and tests).
+    pub fn registry(&self) -> SessionRegistry {
+        self.shared.registry.clone()
+    }
+
+    /// The server's counters and budgets.
+    pub fn accounting(&self) -> Arc<Accounting> {
+        self.shared.accounting.clone()
+    }
+
+    /// Serve until `shutdown` completes (or, with [`ServerConfig::once`], the one client is
+    /// done), then stop accepting, end the sessions and give running connections `grace` to
+    /// finish.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>, grace: Duration) {
         let shared = self.shared;
-        tracing::info!(listen = %self.local, auth = shared.config.auth_token.is_some(), "pathdoc server listening");
+        tracing::info!(
+            listen = %self.local,
+            auth = shared.config.auth_token.is_some(),
+            once = shared.config.once,
+            "pathdoc server listening on {} (TCP and UDP)",
+            self.local
+        );
         let tracker = shared.tasks.clone();
         tracker.spawn(udp::serve(shared.clone()));
         tracker.spawn(session::reap_loop(shared.clone()));
+        if let Some(interval) = shared.config.stats_interval {
+            tracker.spawn(stats::report_loop(shared.clone(), interval));
+        }
+        let once_done = once_finished(shared.clone());
         tokio::pin!(shutdown);
+        tokio::pin!(once_done);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
+                _ = &mut once_done => {
+                    tracing::info!("--once: the client is done");
+                    break;
+                }
                 accepted = self.tcp.accept() => match accepted {
                     Ok((stream, peer)) => {
-                        tracker.spawn(conn::handle(shared.clone(), stream, peer));
+                        // Admission right here: a connection over a limit is refused without
+                        // a task (and usually without keeping its descriptor past this call).
+                        match conn::admit(&shared, peer) {
+                            Ok(permit) => {
+                                tracker.spawn(conn::handle(shared.clone(), stream, peer, permit));
+                            }
+                            Err(over) => conn::refuse_admission(&shared, stream, peer, over),
+                        }
                     }
                     // Out of file descriptors and similar: back off instead of spinning.
                     Err(e) => {
@@ -225,7 +301,8 @@ impl BoundServer {
                 }
             }
         }
-        tracing::info!("shutting down: no new connections, cancelling sessions");
+        tracing::info!("shutting down: no new connections, ending sessions");
+        shared.registry.end_all();
         shared.shutdown.cancel();
         tracker.close();
         if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
@@ -233,6 +310,23 @@ impl BoundServer {
                 ?grace,
                 "some connections did not finish within the grace period"
             );
+        }
+    }
+}
+
+/// Resolves when a `--once` server's client has been quiet for [`ONCE_QUIET`]; never otherwise.
+async fn once_finished(shared: Arc<Shared>) {
+    if !shared.config.once {
+        return std::future::pending().await;
+    }
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tick.tick().await;
+        if shared
+            .registry
+            .once_finished(std::time::Instant::now(), ONCE_QUIET)
+        {
+            return;
         }
     }
 }

@@ -1,25 +1,37 @@
-//! Per-client and global bounds: how many connections and sessions one address may hold, how
+//! Per-client and global bounds: how many connections and sessions one client may hold, how
 //! long a session may live, and how long a handshake may take.
+//!
+//! A "client" for these limits is an address group ([`ClientKey`]): by default one IPv4
+//! address, or one IPv6 /64 (one subscriber's LAN: a single host can use any of its 2^64
+//! addresses, so counting per IPv6 address would count nothing).
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Server limits. The defaults suit a public server: enough for one client's idle check
-/// (a few hundred probe connections) and a throughput test, not enough to exhaust the host.
+use crate::session::SessionUse;
+
+/// Server limits. The defaults suit a public server (docs/server.md, "Resource model", explains
+/// each number): an office of users behind one NAT can run full checks at once, and no client
+/// can make the server hold more than its share of descriptors, memory or threads.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Connections open at once from one client IP address.
+    /// Connections open at once from one client (address group).
     pub connections_per_ip: u32,
     /// Connections open at once in total.
     pub connections_total: u32,
-    /// Live sessions at once from one client IP address.
+    /// Live sessions (with at least one open connection) at once from one client.
     pub sessions_per_ip: u32,
+    /// Sessions kept at once in total, live or lingering; when full, the oldest lingering
+    /// session is ended to make room, and only live sessions can make the server refuse.
+    pub sessions_total: u32,
     /// Hard end of any session, however active (the idle check's horizon is 2 h 10 min).
     pub session_max: Duration,
-    /// How long a session and its results are kept after its last connection closed, so a
-    /// client that lost its control connection can resume or fetch results.
+    /// How long a session's results are kept after its last connection closed, so a client
+    /// that lost its connections can resume or fetch results. A session its client ended
+    /// explicitly is not kept.
     pub session_linger: Duration,
     /// Deadline for the preamble and Hello of a new connection.
     pub handshake_timeout: Duration,
@@ -27,24 +39,168 @@ pub struct Limits {
     pub max_test_duration: Duration,
     /// UDP bytes the server may send for one session in total.
     pub udp_bytes_per_session: u64,
+    /// IPv4 addresses sharing this many leading bits count as one client (32: each address).
+    pub ipv4_prefix: u8,
+    /// IPv6 addresses sharing this many leading bits count as one client (64: one LAN).
+    pub ipv6_prefix: u8,
+    /// Throughput-test stream threads at once from one client.
+    pub streams_per_ip: u32,
+    /// Throughput-test stream threads at once in total.
+    pub streams_total: u32,
+    /// MTU-check bulk downloads at once from one client (one per session at most).
+    pub bulk_per_ip: u32,
+    /// MTU-check bulk downloads at once in total.
+    pub bulk_total: u32,
+    /// Idle-check probe records (connections and UDP bindings) one client's sessions may keep.
+    pub probes_per_ip: u32,
+    /// Idle-check probe records all sessions may keep in total.
+    pub probes_total: u32,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            connections_per_ip: 1024,
-            connections_total: 200_000,
-            sessions_per_ip: 8,
+            connections_per_ip: 4096,
+            connections_total: 100_000,
+            sessions_per_ip: 32,
+            sessions_total: 4096,
             session_max: Duration::from_secs(3 * 3600),
             session_linger: Duration::from_secs(15 * 60),
             handshake_timeout: Duration::from_secs(10),
             max_test_duration: Duration::from_secs(60),
             udp_bytes_per_session: 4 * 1024 * 1024,
+            ipv4_prefix: 32,
+            ipv6_prefix: 64,
+            streams_per_ip: 16,
+            streams_total: 64,
+            bulk_per_ip: 4,
+            bulk_total: 16,
+            probes_per_ip: 8192,
+            probes_total: 262_144,
         }
     }
 }
 
-/// Counts open connections per IP and in total; a [`ConnectionPermit`] releases its slot on drop.
+impl Limits {
+    /// Reject limits under which no check can run, with the flag to fix.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut problems = Vec::new();
+        if self.connections_per_ip < 3 {
+            problems.push(format!(
+                "--max-connections-per-ip {} is too small: a check needs at least 3 connections (control, data, end)",
+                self.connections_per_ip
+            ));
+        }
+        if self.connections_total < self.connections_per_ip {
+            problems.push(format!(
+                "--max-connections {} is below --max-connections-per-ip {}",
+                self.connections_total, self.connections_per_ip
+            ));
+        }
+        if self.sessions_per_ip == 0 {
+            problems.push(
+                "--max-sessions-per-ip 0 would refuse every check; use at least 1".to_string(),
+            );
+        }
+        if self.sessions_total < self.sessions_per_ip {
+            problems.push(format!(
+                "--max-sessions {} is below --max-sessions-per-ip {}",
+                self.sessions_total, self.sessions_per_ip
+            ));
+        }
+        if self.session_max < Duration::from_secs(1) {
+            problems.push("--max-session must be at least 1s".to_string());
+        }
+        if self.max_test_duration < Duration::from_secs(1) {
+            problems.push("--max-test must be at least 1s".to_string());
+        }
+        if self.max_test_duration > self.session_max {
+            problems.push("--max-test is longer than --max-session".to_string());
+        }
+        for (flag, per, total_flag, total) in [
+            (
+                "--max-streams-per-ip",
+                self.streams_per_ip,
+                "--max-streams",
+                self.streams_total,
+            ),
+            (
+                "--max-bulk-per-ip",
+                self.bulk_per_ip,
+                "--max-bulk",
+                self.bulk_total,
+            ),
+        ] {
+            if per == 0 {
+                problems.push(format!(
+                    "{flag} 0 would refuse every such check; use at least 1"
+                ));
+            } else if total < per {
+                problems.push(format!("{total_flag} {total} is below {flag} {per}"));
+            }
+        }
+        if !(8..=32).contains(&self.ipv4_prefix) {
+            problems.push(format!("--ipv4-prefix {} must be 8..=32", self.ipv4_prefix));
+        }
+        if !(16..=128).contains(&self.ipv6_prefix) {
+            problems.push(format!(
+                "--ipv6-prefix {} must be 16..=128",
+                self.ipv6_prefix
+            ));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+}
+
+/// The address group a client's connections and sessions are counted under: its address
+/// masked to [`Limits::ipv4_prefix`] or [`Limits::ipv6_prefix`] bits. IPv4-mapped IPv6
+/// addresses (a dual-stack listener) count as their IPv4 address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClientKey {
+    net: IpAddr,
+    prefix: u8,
+}
+
+impl ClientKey {
+    pub fn of(ip: IpAddr, limits: &Limits) -> Self {
+        match ip.to_canonical() {
+            IpAddr::V4(v4) => {
+                let prefix = limits.ipv4_prefix.min(32);
+                let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+                ClientKey {
+                    net: IpAddr::V4(Ipv4Addr::from(u32::from(v4) & mask)),
+                    prefix,
+                }
+            }
+            IpAddr::V6(v6) => {
+                let prefix = limits.ipv6_prefix.min(128);
+                let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+                ClientKey {
+                    net: IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask)),
+                    prefix,
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for ClientKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let full = if self.net.is_ipv4() { 32 } else { 128 };
+        if self.prefix == full {
+            write!(f, "{}", self.net)
+        } else {
+            write!(f, "{}/{}", self.net, self.prefix)
+        }
+    }
+}
+
+/// Counts open connections per client and in total; a [`ConnectionPermit`] releases its slot
+/// on drop.
 #[derive(Debug, Default)]
 pub struct ConnectionCounter {
     inner: Arc<Mutex<CounterState>>,
@@ -53,54 +209,91 @@ pub struct ConnectionCounter {
 #[derive(Debug, Default)]
 struct CounterState {
     total: u32,
-    per_ip: HashMap<IpAddr, u32>,
+    per_client: HashMap<ClientKey, u32>,
 }
 
 /// Why a connection was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdmitError {
-    PerIp(u32),
+    PerClient(u32),
     Total(u32),
 }
 
 impl ConnectionCounter {
-    pub fn try_admit(&self, ip: IpAddr, limits: &Limits) -> Result<ConnectionPermit, AdmitError> {
+    pub fn try_admit(
+        &self,
+        key: ClientKey,
+        limits: &Limits,
+    ) -> Result<ConnectionPermit, AdmitError> {
         let mut state = lock(&self.inner);
         if state.total >= limits.connections_total {
             return Err(AdmitError::Total(limits.connections_total));
         }
-        let count = state.per_ip.entry(ip).or_insert(0);
+        let count = state.per_client.entry(key).or_insert(0);
         if *count >= limits.connections_per_ip {
-            return Err(AdmitError::PerIp(limits.connections_per_ip));
+            return Err(AdmitError::PerClient(limits.connections_per_ip));
         }
         *count += 1;
         state.total += 1;
         Ok(ConnectionPermit {
             counter: self.inner.clone(),
-            ip,
+            key,
+            session: None,
+            reservation: None,
         })
     }
 
     pub fn total(&self) -> u32 {
         lock(&self.inner).total
     }
+
+    /// Clients (address groups) with at least one open connection.
+    pub fn clients(&self) -> usize {
+        lock(&self.inner).per_client.len()
+    }
 }
 
-/// One admitted connection; dropping it frees the slot.
+/// One admitted connection; dropping it frees the slot. Once the connection belongs to a
+/// session, the permit also counts it as one of the session's connections: a session whose
+/// last permit is gone is no longer live.
 #[derive(Debug)]
 pub struct ConnectionPermit {
     counter: Arc<Mutex<CounterState>>,
-    ip: IpAddr,
+    key: ClientKey,
+    session: Option<SessionUse>,
+    reservation: Option<Reservation>,
+}
+
+/// What a service reserved for a connection (see `Service::admit_data`): a budget share, a
+/// per-session slot. Released when the connection's permit drops.
+pub type Reservation = Box<dyn std::any::Any + Send + Sync>;
+
+impl ConnectionPermit {
+    pub(crate) fn attach(&mut self, session: SessionUse) {
+        self.session = Some(session);
+    }
+
+    pub(crate) fn reserve(&mut self, reservation: Reservation) {
+        self.reservation = Some(reservation);
+    }
+
+    pub fn client(&self) -> ClientKey {
+        self.key
+    }
 }
 
 impl Drop for ConnectionPermit {
     fn drop(&mut self) {
+        // What the connection reserved, then the session's count: a session is live while any
+        // of its connections is.
+        drop(self.reservation.take());
+        drop(self.session.take());
         let mut state = lock(&self.counter);
         state.total = state.total.saturating_sub(1);
-        if let Some(count) = state.per_ip.get_mut(&self.ip) {
+        if let Some(count) = state.per_client.get_mut(&self.key) {
             *count -= 1;
             if *count == 0 {
-                state.per_ip.remove(&self.ip);
+                state.per_client.remove(&self.key);
             }
         }
     }
@@ -108,7 +301,7 @@ impl Drop for ConnectionPermit {
 
 /// A poisoned counter only means another task panicked mid-update of plain integers; the
 /// numbers are still usable, so recover rather than take the whole server down.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -117,21 +310,56 @@ mod tests {
     use super::*;
 
     #[test]
-    fn per_ip_and_total_limits_hold_and_release() {
+    fn per_client_and_total_limits_hold_and_release() {
         let limits = Limits {
             connections_per_ip: 2,
             connections_total: 3,
             ..Limits::default()
         };
         let c = ConnectionCounter::default();
-        let a: IpAddr = "192.0.2.1".parse().unwrap();
-        let b: IpAddr = "192.0.2.2".parse().unwrap();
+        let a = ClientKey::of("192.0.2.1".parse().unwrap(), &limits);
+        let b = ClientKey::of("192.0.2.2".parse().unwrap(), &limits);
         let p1 = c.try_admit(a, &limits).unwrap();
         let _p2 = c.try_admit(a, &limits).unwrap();
-        assert_eq!(c.try_admit(a, &limits).unwrap_err(), AdmitError::PerIp(2));
+        assert_eq!(
+            c.try_admit(a, &limits).unwrap_err(),
+            AdmitError::PerClient(2)
+        );
         let _p3 = c.try_admit(b, &limits).unwrap();
         assert_eq!(c.try_admit(b, &limits).unwrap_err(), AdmitError::Total(3));
         drop(p1);
         assert!(c.try_admit(b, &limits).is_ok());
+    }
+
+    #[test]
+    fn clients_are_grouped_by_prefix() {
+        let limits = Limits::default();
+        let key = |s: &str| ClientKey::of(s.parse().unwrap(), &limits);
+        assert_eq!(key("2001:db8::1"), key("2001:db8::ffff:1"));
+        assert_ne!(key("2001:db8::1"), key("2001:db8:0:1::1"));
+        assert_eq!(key("2001:db8::1").to_string(), "2001:db8::/64");
+        assert_ne!(key("192.0.2.1"), key("192.0.2.2"));
+        assert_eq!(key("::ffff:192.0.2.1"), key("192.0.2.1"));
+        assert_eq!(key("192.0.2.1").to_string(), "192.0.2.1");
+        let by_24 = Limits {
+            ipv4_prefix: 24,
+            ..Limits::default()
+        };
+        let k24 = |s: &str| ClientKey::of(s.parse().unwrap(), &by_24);
+        assert_eq!(k24("192.0.2.1"), k24("192.0.2.200"));
+        assert_eq!(k24("192.0.2.1").to_string(), "192.0.2.0/24");
+    }
+
+    #[test]
+    fn nonsensical_limits_are_named() {
+        let zero = Limits {
+            sessions_per_ip: 0,
+            ..Limits::default()
+        };
+        assert!(zero
+            .validate()
+            .unwrap_err()
+            .contains("--max-sessions-per-ip 0"));
+        assert!(Limits::default().validate().is_ok());
     }
 }

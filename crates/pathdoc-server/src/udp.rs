@@ -1,6 +1,7 @@
 //! The UDP side of the server port: datagrams of live sessions go to their check's service.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use pathdoc_proto::UdpHeader;
@@ -13,11 +14,14 @@ pub(crate) fn bind_udp(addr: SocketAddr) -> std::io::Result<tokio::net::UdpSocke
         socket2::Type::DGRAM,
         Some(socket2::Protocol::UDP),
     )?;
-    // Services may open connected sockets on the same port (e.g. MTU probes that read their
-    // own error queue); the kernel delivers a peer's datagrams to the most specific socket.
-    socket.set_reuse_address(true)?;
+    // Bound without SO_REUSEADDR first: the bind fails if any other socket holds the port,
+    // even one that set SO_REUSEADDR itself, so the server never shares its port with another
+    // program by accident. Only then is the option set, so that services can open connected
+    // sockets on the same port (MTU probes that read their own error queue); the kernel
+    // delivers a peer's datagrams to the most specific socket.
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
+    socket.set_reuse_address(true)?;
     tokio::net::UdpSocket::from_std(socket.into())
 }
 
@@ -36,17 +40,28 @@ pub(crate) async fn serve(shared: Arc<Shared>) {
             },
         };
         let datagram = &buf[..len];
+        shared.accounting.udp_in.fetch_add(1, Ordering::Relaxed);
+        let ignored = || {
+            shared
+                .accounting
+                .udp_ignored
+                .fetch_add(1, Ordering::Relaxed);
+        };
         let Ok((header, payload)) = UdpHeader::decode(datagram) else {
             tracing::debug!(%from, len, "ignoring non-pathdoc datagram");
+            ignored();
             continue;
         };
         let Ok(session) = shared.registry.get(header.session) else {
+            ignored();
             continue;
         };
         if !session.knows_addr(from.ip()) {
+            ignored();
             continue;
         }
         let Some(service) = shared.service(session.check) else {
+            ignored();
             continue;
         };
         session.touch();

@@ -86,6 +86,8 @@ async fn start(limits: Limits, token: Option<&str>) -> SocketAddr {
         listen: "127.0.0.1:0".parse().unwrap(),
         auth_token: token.map(str::to_string),
         limits,
+        once: false,
+        stats_interval: None,
     };
     let bound = Server::new(config)
         .with_service(Arc::new(Echo::default()))
@@ -181,12 +183,14 @@ async fn silent_client_is_dropped_at_the_handshake_deadline() {
     };
     let addr = start(limits, None).await;
     let mut s = TcpStream::connect(addr).await.unwrap();
-    let mut buf = [0u8; 16];
-    let n = tokio::time::timeout(T, s.read(&mut buf))
+    let mut reply = Vec::new();
+    tokio::time::timeout(T, s.read_to_end(&mut reply))
         .await
         .expect("server closes")
-        .unwrap_or(0);
-    assert_eq!(n, 0);
+        .unwrap();
+    // Told why, then closed.
+    let text = String::from_utf8_lossy(&reply);
+    assert!(text.contains("no pathdoc hello within"), "{text:?}");
 }
 
 #[tokio::test]
@@ -334,4 +338,70 @@ async fn udp_answers_only_live_sessions_and_never_amplifies() {
     sock.send_to(b"garbage", addr).await.unwrap();
     let silent = tokio::time::timeout(Duration::from_millis(500), sock.recv_from(&mut buf)).await;
     assert!(silent.is_err(), "no amplified or unsolicited reply");
+}
+
+#[tokio::test]
+async fn finished_sessions_do_not_count_and_an_ended_session_is_gone() {
+    let limits = Limits {
+        sessions_per_ip: 2,
+        ..Limits::default()
+    };
+    let addr = start(limits, None).await;
+    // Far more sessions than the per-address limit, one after another: each finished session
+    // (connections closed, or ended explicitly) frees its slot at once.
+    for i in 0..12 {
+        let (conn, welcome) = connect(addr, None, control(), T)
+            .await
+            .unwrap_or_else(|e| panic!("session {i}: {e}"));
+        if i % 2 == 0 {
+            pathdoc_proto::end_session(addr, None, &welcome)
+                .await
+                .unwrap();
+            // Ended: its id no longer opens anything.
+            let data = Channel::Data {
+                session: welcome.session,
+                tag: 1,
+            };
+            assert_eq!(
+                refusal_of(connect(addr, None, data, T).await).await,
+                RefusalCode::UnknownSession
+            );
+        }
+        drop(conn);
+        // The server notices the closed connection within moments.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Two live sessions fill the slots; the refusal says so in words, with the way out.
+    let (_a, _) = connect(addr, None, control(), T).await.unwrap();
+    let (_b, _) = connect(addr, None, control(), T).await.unwrap();
+    match connect(addr, None, control(), T).await {
+        Err(ProtoError::Refused(r)) => {
+            assert_eq!(r.code, RefusalCode::LimitExceeded);
+            assert!(
+                r.message
+                    .contains("2 concurrent sessions per client address")
+                    && r.message.contains("--max-sessions-per-ip"),
+                "{}",
+                r.message
+            );
+            let shown = ProtoError::Refused(r).to_string();
+            assert!(!shown.contains("LimitExceeded"), "{shown}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_lingering_session_can_still_be_resumed() {
+    let addr = start(Limits::default(), None).await;
+    let (ctl, welcome) = connect(addr, None, control(), T).await.unwrap();
+    drop(ctl);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let resume = Channel::Control {
+        check: CheckKind::Idle,
+        resume: Some(welcome.session),
+    };
+    let (_ctl, again) = connect(addr, None, resume, T).await.unwrap();
+    assert_eq!(again.session, welcome.session);
+    assert_eq!(again.revision, pathdoc_proto::PROTOCOL_REVISION);
 }

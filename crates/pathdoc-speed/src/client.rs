@@ -197,9 +197,9 @@ pub async fn run_test(
                 open_data(server, token.clone(), welcome.session, tag, opts).await?,
             ));
         }
-        Ok((rd, wr, spec, duration, server_host, data))
+        Ok((rd, wr, spec, duration, server_host, data, welcome))
     };
-    let (rd, mut wr, spec, duration, server_host, data) = tokio::select! {
+    let (rd, mut wr, spec, duration, server_host, data, welcome) = tokio::select! {
         r = setup => r?,
         _ = cancel.cancelled() => return Ok(interrupted(HostTcpSettings::default())),
     };
@@ -222,6 +222,8 @@ pub async fn run_test(
     reader.abort();
     // Dropping the write half closes the control connection: the server ends the test.
     drop(wr);
+    // Frees the session (and this client's session slot) on the server at once.
+    let _ = pathdoc_proto::end_session(server, token.clone(), &welcome).await;
     let Driven {
         client: client_samples,
         server: server_samples,

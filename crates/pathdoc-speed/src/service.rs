@@ -137,12 +137,16 @@ impl Service for SpeedService {
         _resumed: bool,
     ) -> Result<(), ServiceError> {
         let state = session.state::<SessionState>();
+        let peer = conn.peer();
         let (mut rd, mut wr) = conn.into_inner().into_split();
         let (tx, mut rx) = mpsc::channel::<Result<ClientMsg, pathdoc_proto::ProtoError>>(4);
         let reader = tokio::spawn(async move {
             loop {
                 let msg = read_frame::<_, ClientMsg>(&mut rd).await;
-                let end = msg.is_err();
+                // A frame that is not a message of ours is answered and the connection goes
+                // on; anything else (closed, oversized, broken) ends it.
+                let end =
+                    matches!(&msg, Err(e) if !matches!(e, pathdoc_proto::ProtoError::Malformed(_)));
                 if tx.send(msg).await.is_err() || end {
                     return;
                 }
@@ -153,9 +157,19 @@ impl Service for SpeedService {
                 let msg = match tokio::time::timeout(IDLE_TIMEOUT, rx.recv()).await {
                     Err(_) => return Ok(()),
                     Ok(None) | Ok(Some(Err(pathdoc_proto::ProtoError::Closed))) => return Ok(()),
-                    Ok(Some(Err(e))) => return Err(e.into()),
+                    Ok(Some(Err(pathdoc_proto::ProtoError::Malformed(m)))) => {
+                        let reason = format!("malformed message: {m}");
+                        send(&mut wr, &ServerMsg::Refused { reason }).await?;
+                        continue;
+                    }
+                    Ok(Some(Err(e))) => {
+                        let reason = e.to_string();
+                        let _ = send(&mut wr, &ServerMsg::Refused { reason }).await;
+                        return Err(e.into());
+                    }
                     Ok(Some(Ok(m))) => m,
                 };
+                // A late stop after the test ended by itself: nothing to do.
                 let ClientMsg::Start(spec) = msg else {
                     continue;
                 };
@@ -164,11 +178,29 @@ impl Service for SpeedService {
                 let spec = match checked {
                     Ok(s) => s,
                     Err(reason) => {
-                        write_frame(&mut wr, &ServerMsg::Refused { reason }).await?;
+                        send(&mut wr, &ServerMsg::Refused { reason }).await?;
+                        continue;
+                    }
+                };
+                // One thread per stream: the server-wide stream budget decides, before anything
+                // is started, and the client is told why when it says no.
+                let threads = tags(&spec).len() as u32;
+                let hold = match session.budgets().streams.try_take(session.client, threads) {
+                    Ok(hold) => hold,
+                    Err(refuse) => {
+                        session.refused(peer, &refuse);
+                        send(
+                            &mut wr,
+                            &ServerMsg::Refused {
+                                reason: refuse.message,
+                            },
+                        )
+                        .await?;
                         continue;
                     }
                 };
                 run_one_test(&session, &state, spec, &mut wr, &mut rx).await?;
+                drop(hold);
             }
         }
         .await;
@@ -178,6 +210,27 @@ impl Service for SpeedService {
         inner.expected.clear();
         inner.attached.clear();
         result
+    }
+
+    fn admit_data(
+        &self,
+        session: &Arc<Session>,
+        tag: u32,
+    ) -> Result<Option<pathdoc_server::Reservation>, pathdoc_server::Refuse> {
+        let state = session.state::<SessionState>();
+        let inner = lock(&state.inner);
+        let message = match &inner.spec {
+            None => "a data connection before a test was started (send start first)".to_string(),
+            Some(_) if !inner.expected.contains(&tag) => {
+                format!("data stream tag {tag:#x} is not one the running test expects")
+            }
+            Some(_) => return Ok(None),
+        };
+        Err(pathdoc_server::Refuse {
+            reason: "unexpected-data",
+            limit: 0,
+            message,
+        })
     }
 
     async fn data(
@@ -237,7 +290,7 @@ async fn run_one_test(
         inner.expected = want.clone();
         inner.attached.clear();
     }
-    write_frame(
+    send(
         wr,
         &ServerMsg::Accepted {
             duration_ms: spec.duration_ms,
@@ -268,7 +321,7 @@ async fn run_one_test(
                 inner.attached.clear();
                 reason
             };
-            write_frame(wr, &ServerMsg::Refused { reason }).await?;
+            send(wr, &ServerMsg::Refused { reason }).await?;
             return Ok(());
         }
     }
@@ -302,13 +355,23 @@ async fn run_one_test(
             deadline: hard_end,
             byte_budget: budget,
         };
-        streams.push(RunningStream::start(tag, sending, stream, rule)?);
+        match RunningStream::start(tag, sending, stream, rule) {
+            Ok(s) => streams.push(s),
+            Err(e) => {
+                // Out of threads (a task limit): stop what started and say so.
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                finish_streams(streams).await;
+                let reason = format!("the server could not start a stream thread: {e}");
+                send(wr, &ServerMsg::Refused { reason }).await?;
+                return Ok(());
+            }
+        }
         done.push(done_tx);
     }
     streams.sort_by_key(|s| s.tag);
-    write_frame(wr, &ServerMsg::Started).await?;
+    send(wr, &ServerMsg::Started).await?;
     let first = side_sample(&streams, t0, cpu0);
-    write_frame(wr, &ServerMsg::Samples { sample: first }).await?;
+    send(wr, &ServerMsg::Samples { sample: first }).await?;
     let mut tick = tokio::time::interval_at(
         tokio::time::Instant::now() + Duration::from_millis(spec.interval_ms),
         Duration::from_millis(spec.interval_ms),
@@ -317,8 +380,8 @@ async fn run_one_test(
         tokio::select! {
             _ = tick.tick() => {
                 let sample = side_sample(&streams, t0, cpu0);
-                if let Err(e) = write_frame(wr, &ServerMsg::Samples { sample }).await {
-                    break Err(e.into());
+                if let Err(e) = send(wr, &ServerMsg::Samples { sample }).await {
+                    break Err(e);
                 }
             }
             msg = rx.recv() => match msg {
@@ -343,21 +406,63 @@ async fn run_one_test(
     }
     // The state at the moment the client said stop: the end of the measured interval.
     let last = side_sample(&streams, t0, cpu0);
+    session.add_bytes(
+        last.streams.iter().map(|s| s.info.bytes_acked).sum(),
+        last.streams.iter().map(|s| s.info.bytes_received).sum(),
+    );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let streams = join_streams(streams).await;
+    let finished = match outcome {
+        Ok(()) => send(wr, &ServerMsg::Finished { sample: last }).await,
+        Err(e) => Err(e),
+    };
+    // The client has its results; what the server still queues for a client that does not
+    // read is released instead of lingering in orphaned sockets.
+    release_streams(streams).await;
+    for d in done {
+        let _ = d.send(());
+    }
+    finished
+}
+
+/// How long a finished download's queued bytes may take to reach a reading client before the
+/// server resets the connection.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// Wait for the stream threads (they stop within [`crate::stream::POLL`] of the stop flag).
+async fn join_streams(mut streams: Vec<RunningStream>) -> Vec<RunningStream> {
     let joined = tokio::task::spawn_blocking(move || {
         for s in &mut streams {
             let _ = s.join();
         }
+        streams
     })
     .await;
-    if joined.is_err() {
+    joined.unwrap_or_else(|_| {
         tracing::warn!("speed data threads panicked");
-    }
-    for d in done {
-        let _ = d.send(());
-    }
-    outcome?;
-    write_frame(wr, &ServerMsg::Finished { sample: last }).await?;
+        Vec::new()
+    })
+}
+
+/// Close finished streams without leaving their send queues behind.
+async fn release_streams(streams: Vec<RunningStream>) {
+    let sockets: Vec<&TcpStream> = streams.iter().map(|s| &*s.stream).collect();
+    pathdoc_server::closing::release_send_queues(&sockets, CLOSE_GRACE).await;
+}
+
+async fn finish_streams(streams: Vec<RunningStream>) {
+    release_streams(join_streams(streams).await).await;
+}
+
+/// Write one control message, bounded by [`pathdoc_server::SEND_TIMEOUT`].
+async fn send(
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    msg: &ServerMsg,
+) -> Result<(), ServiceError> {
+    let t = pathdoc_server::SEND_TIMEOUT;
+    tokio::time::timeout(t, write_frame(wr, msg))
+        .await
+        .map_err(|_| pathdoc_proto::ProtoError::Timeout(t, "the client to read"))??;
     Ok(())
 }
 

@@ -16,6 +16,7 @@ async fn server() -> SocketAddr {
         listen: "127.0.0.1:0".parse().unwrap(),
         auth_token: None,
         limits: Limits::default(),
+        ..ServerConfig::default()
     })
     .with_service(Arc::new(SpeedService::new()))
     .bind()

@@ -3,5 +3,6 @@ pub mod cpu_usage;
 pub mod netns;
 pub mod pmtu;
 pub mod saved_syn;
+pub mod sendq;
 pub mod source;
 pub mod tcp_info;

@@ -308,3 +308,130 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// A `pathdoc server` child whose stderr goes to a file; SIGTERM and reaped on drop.
+pub struct LoopbackServer {
+    child: Option<std::process::Child>,
+    pub addr: SocketAddr,
+    log: PathBuf,
+}
+
+impl LoopbackServer {
+    /// Start `pathdoc server <args>` listening on `addr` (given via `listen_args`), stderr to a
+    /// file, and wait until it accepts connections.
+    pub fn start(addr: SocketAddr, args: &[&str]) -> LoopbackServer {
+        let log = std::env::temp_dir().join(format!(
+            "pathdoc-server-test-{}-{}.log",
+            std::process::id(),
+            addr.port()
+        ));
+        let child = Command::new(PATHDOC)
+            .arg("server")
+            .args(args)
+            .env_remove("NO_COLOR")
+            .env_remove("PATHDOC_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let server = LoopbackServer {
+            child: Some(child),
+            addr,
+            log,
+        };
+        server.wait_listening();
+        server
+    }
+
+    pub fn on_free_port(extra: &[&str]) -> LoopbackServer {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_loopback_port())
+            .parse()
+            .unwrap();
+        let listen = addr.to_string();
+        let mut args = vec!["--listen", &listen];
+        args.extend_from_slice(extra);
+        LoopbackServer::start(addr, &args)
+    }
+
+    fn wait_listening(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "server did not start; its log:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, wait (≤ 10 s) and return the whole log.
+    pub fn stop(mut self) -> String {
+        self.terminate();
+        self.log_text()
+    }
+
+    /// The child process, for a test that waits for it itself.
+    pub fn take_child(&mut self) -> std::process::Child {
+        self.child.take().expect("server child")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
+
+    fn terminate(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill has no memory-safety preconditions; the pid is our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for LoopbackServer {
+    fn drop(&mut self) {
+        self.terminate();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// The shortest full `check --mtu --throughput` (about 2 s on loopback).
+pub fn quick_check(server: &str) -> Command {
+    let mut cmd = Command::new(PATHDOC);
+    cmd.args([
+        "check",
+        server,
+        "--mtu",
+        "--throughput",
+        "--throughput-time",
+        "500ms",
+        "--mtu-bulk-ms",
+        "200",
+        "--mtu-wait-ms",
+        "100",
+        "--json",
+    ]);
+    cmd
+}
+
+/// Summaries of the `check-failed` findings (a check that could not run).
+pub fn check_failures(report: &Value) -> Vec<String> {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["id"] == "check-failed")
+        .map(|f| f["summary"].to_string())
+        .collect()
+}

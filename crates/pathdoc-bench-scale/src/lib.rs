@@ -1,0 +1,9 @@
+//! Load generators for `pathdoc server`, shared by the benchmark binaries and the server load
+//! test: [`net`] (connections from chosen 127/8 source addresses), [`child`] (the server under
+//! test as a child process), [`procfs`] (memory, CPU and socket readings), [`attack`] (the
+//! hostile load of issue #13 and what it makes the server hold).
+
+pub mod attack;
+pub mod child;
+pub mod net;
+pub mod procfs;
