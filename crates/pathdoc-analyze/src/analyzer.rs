@@ -435,7 +435,7 @@ impl Analyzer {
             .filter(|(_, c)| {
                 let ended = c.dirs.iter().any(|d| d.rst_count > 0)
                     || c.dirs.iter().all(|d| d.fin_count > 0);
-                ended && now - c.last_ns > CLOSED_LINGER_NS
+                ended && now.saturating_sub(c.last_ns) > CLOSED_LINGER_NS
             })
             .map(|(k, _)| *k)
             .collect();
