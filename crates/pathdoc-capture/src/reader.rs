@@ -330,6 +330,13 @@ impl CaptureReader {
         loop {
             let offset = self.inner.consumed() as u64;
             let head = self.block_head();
+            // Every pcapng block is at least type + two lengths; pcap-parser 0.17 subtracts 12
+            // from a shorter length of some block types unchecked (a fuzz find).
+            if let Some(len) = self.ng_block_len(head).filter(|l| *l < 12) {
+                return Err(
+                    self.corrupt(format!("block length {len} is below the 12-byte minimum"))
+                );
+            }
             let classified = match self.inner.next() {
                 Ok((len, block)) => {
                     let step =
@@ -415,6 +422,17 @@ impl CaptureReader {
             self.ng_big_endian = head[8..12] == [0x1a, 0x2b, 0x3c, 0x4d];
         }
         Some(head)
+    }
+
+    /// The leading length field of the pcapng block at the head of the buffer.
+    fn ng_block_len(&self, head: Option<[u8; 12]>) -> Option<u32> {
+        let b = head?;
+        let len = [b[4], b[5], b[6], b[7]];
+        Some(if self.ng_big_endian {
+            u32::from_be_bytes(len)
+        } else {
+            u32::from_le_bytes(len)
+        })
     }
 
     /// A pcapng block's leading and trailing lengths must both equal what was parsed.

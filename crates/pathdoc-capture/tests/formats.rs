@@ -200,6 +200,33 @@ fn a_file_cut_inside_its_header_has_nothing_to_analyse() {
 }
 
 #[test]
+fn a_pcapng_block_shorter_than_its_header_is_corrupt_not_a_panic() {
+    // Fuzz find: a process-information block (type 0x80000001) claiming 4 bytes made
+    // pcap-parser subtract 12 from 4.
+    let mut bytes = pcapng(&[Section {
+        interfaces: vec![(1, 6)],
+        packets: frames().into_iter().take(1).map(|f| (0, f)).collect(),
+    }]);
+    let at = bytes.len();
+    bytes.extend_from_slice(&0x8000_0001u32.to_le_bytes());
+    bytes.extend_from_slice(&4u32.to_le_bytes());
+    bytes.extend_from_slice(&[0u8; 16]);
+    let (pkts, err) = read_all(bytes);
+    assert_eq!(pkts.len(), 1);
+    match err {
+        Some(e @ CaptureError::Corrupt { .. }) => {
+            assert_eq!(e.offset(), Some(at as u64));
+            assert!(
+                e.to_string()
+                    .contains("block length 4 is below the 12-byte minimum"),
+                "{e}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn corrupt_pcapng_block_names_its_offset() {
     let s = Section {
         interfaces: vec![(1, 6)],
