@@ -16,6 +16,13 @@ packages=(
   ethtool         # offload settings on lab links
   procps          # sysctl
   kmod            # modprobe for nf_conntrack, tun, sch_tbf
+  openssh-client  # ssh, ssh-keygen: `pathdoc ssh`, `--ssh` bootstrap, lab sshd keys
+  openssh-server  # sshd in lab hosts with `sshd = true` (ssh-* scenarios, SSH tests)
+  chromium        # HTML report tests: headless browser (DevTools protocol), screenshots
+  chromium-driver # WebDriver for the same browser (for manual checks of the HTML report)
+  fonts-dejavu-core # a font for headless Chromium's screenshots
+  prometheus      # exporter test: a real Prometheus scrapes `pathdoc exporter` (promtool checks the alert rules)
+  curl            # exporter test: queries Prometheus's HTTP API inside the lab namespace
 )
 
 missing=()

@@ -7,6 +7,7 @@ mod args;
 mod cmd;
 mod error;
 mod interrupt;
+mod json_log;
 mod output;
 mod progress;
 mod speed_table;
@@ -53,9 +54,24 @@ enum Command {
     /// Measure TCP throughput to a pathdoc server and name what limits it.
     #[command(after_help = cmd::speed::EXAMPLES)]
     Speed(cmd::speed::SpeedArgs),
+    /// What caps bulk transfers over SSH to a host: cipher/CPU, channel window, TCP buffers or
+    /// the network (uses your ssh; nothing to install on the far end).
+    #[command(
+        after_help = "Examples:\n  pathdoc ssh backup@nas.example.net          # both directions, 4 ciphers, ~1 min\n  pathdoc ssh nas -o ProxyJump=bastion -t 8s  # ssh options pass through\n  pathdoc ssh nas --ssh-clean                 # remove the pathdoc copied to nas\n\nExit codes: 0 no problem, 1 problem found, 2 could not run, 3 inconclusive."
+    )]
+    Ssh(cmd::ssh::SshArgs),
+    /// Re-read a saved `--json` report: print it as text, or write it as HTML with `-o`.
+    #[command(
+        after_help = "Examples:\n  pathdoc check HOST --json > run.json\n  pathdoc report run.json                  # the text the run printed\n  pathdoc report run.json -o run.html      # a self-contained HTML report with plots\n  pathdoc report run.html                  # an HTML report holds its JSON: reads back too\n\nExit codes: those of the saved run (0, 1, 3, 130); 2 when the file is not a report this version reads."
+    )]
+    Report(cmd::report::ReportArgs),
+    /// Serve Prometheus: /probe?target=HOST&module=mtu|throughput runs a check per scrape,
+    /// module=idle returns the latest result of a background monitor (docs/exporter.md).
+    #[command(after_help = cmd::exporter::EXAMPLES)]
+    Exporter(cmd::exporter::ExporterArgs),
     /// Diagnose the TCP connections in a tcpdump/Wireshark capture (or compare two captures of one path).
     #[command(
-        after_help = "Examples:\n  pathdoc analyze capture.pcap                 # findings per connection worth attention\n  tcpdump -i eth0 -w - | pathdoc analyze -     # live, from standard input\n  pathdoc analyze client.pcap server.pcap      # where packets vanish between two capture points\n  pathdoc analyze capture.pcapng.gz --flags    # Wireshark's tcp.analysis flags per packet (TSV)\n\nExit codes: 0 no problem, 1 problem found, 2 could not run, 3 inconclusive, 130 interrupted."
+        after_help = "Examples:\n  pathdoc analyze capture.pcap                 # findings per connection worth attention\n  tcpdump -i eth0 -w - | pathdoc analyze -     # live, from standard input\n  pathdoc analyze client.pcap server.pcap      # where packets vanish between two capture points\n  pathdoc analyze capture.pcapng.gz --flags    # Wireshark's tcp.analysis flags per packet (TSV)\n  pathdoc analyze capture.pcap --report c.html # also an HTML report (time-sequence graphs)\n\nExit codes: 0 no problem, 1 problem found, 2 could not run, 3 inconclusive, 130 interrupted."
     )]
     Analyze(cmd::analyze::AnalyzeArgs),
     /// Run the far end of the checks (TCP and UDP on one port).
@@ -112,6 +128,9 @@ fn main() {
         Command::Server(args) => cmd::server::run(args, global),
         Command::Check(args) => cmd::check::run(args, global),
         Command::Speed(args) => cmd::speed::run(args, global),
+        Command::Ssh(args) => cmd::ssh::run(args, global),
+        Command::Report(args) => cmd::report::run(args, global),
+        Command::Exporter(args) => cmd::exporter::run(args, global),
         Command::Analyze(args) => cmd::analyze::run(args, global),
         Command::Completions(args) => cmd::docs::completions(args),
         Command::Man(args) => cmd::docs::man(args),
@@ -135,6 +154,9 @@ fn command_name(c: &Command) -> String {
         Command::Lab(a) => format!("lab {}", a.subcommand_name()),
         Command::Completions(_) => "completions".into(),
         Command::Man(_) => "man".into(),
+        Command::Ssh(_) => "ssh".into(),
+        Command::Report(_) => "report".into(),
+        Command::Exporter(_) => "exporter".into(),
     }
 }
 
@@ -192,7 +214,8 @@ fn one_line(e: &clap::Error, command: &str) -> String {
 }
 
 /// Logs go to stderr. A server logs one line per connection, session and refusal by default
-/// (`info`), as text or, with `--log-format json`, one JSON object per line and nothing else;
+/// (`info`), as text or, with `--log-format json`, one JSON object per line and nothing else
+/// (`"schema": "pathdoc.log/1"` first);
 /// other commands log only warnings unless `-v`. `PATHDOC_LOG` overrides the filter
 /// (`tracing` env-filter syntax). Colours only on a terminal and when `NO_COLOR` is unset.
 fn init_logging(verbose: u8, server: Option<cmd::server::LogFormat>) {
@@ -210,7 +233,12 @@ fn init_logging(verbose: u8, server: Option<cmd::server::LogFormat>) {
         .with_writer(std::io::stderr)
         .with_ansi(colour_on_stderr());
     match server {
-        Some(cmd::server::LogFormat::Json) => builder.json().flatten_event(true).init(),
+        Some(cmd::server::LogFormat::Json) => builder
+            .json()
+            .event_format(json_log::WithSchema(
+                tracing_subscriber::fmt::format().json().flatten_event(true),
+            ))
+            .init(),
         Some(cmd::server::LogFormat::Text) => builder.with_target(false).init(),
         None => builder.init(),
     }

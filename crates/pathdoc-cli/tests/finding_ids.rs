@@ -18,9 +18,12 @@ fn checks() -> Vec<(&'static str, &'static str, Option<&'static [FindingId]>)> {
     vec![
         ("idle", "pathdoc-idle", Some(pathdoc_idle::FINDING_IDS)),
         ("mtu", "pathdoc-mtu", Some(pathdoc_mtu::FINDING_IDS)),
-        // The throughput check's owner adds `pathdoc_speed::FINDING_IDS` (its rate ids are
-        // built with format! today, which this test would reject).
-        ("throughput", "pathdoc-speed", None),
+        (
+            "throughput",
+            "pathdoc-speed",
+            Some(pathdoc_speed::FINDING_IDS),
+        ),
+        ("ssh", "pathdoc-ssh", Some(pathdoc_ssh::FINDING_IDS)),
         // Its ids come from pathdoc-analyze and from the analyze command in pathdoc-cli (those
         // name the check "analyze" literally), all in pathdoc-analyze's registry.
         (
@@ -386,6 +389,28 @@ fn documented() -> BTreeMap<String, BTreeSet<String>> {
         }
     }
     out
+}
+
+/// A check whose findings the sources emit but which `checks()` does not name would be checked
+/// against nothing: its ids could drift unnoticed.
+#[test]
+fn every_check_that_emits_findings_is_listed() {
+    let listed: BTreeSet<&str> = checks().iter().map(|(c, _, _)| *c).collect();
+    let (emitted, unreadable) = emitted();
+    let unlisted: Vec<String> = emitted
+        .keys()
+        .chain(unreadable.keys())
+        .filter(|c| !listed.contains(c.as_str()))
+        .map(|c| {
+            let place = emitted
+                .get(c)
+                .and_then(|ids| ids.values().next().cloned())
+                .or_else(|| unreadable.get(c).and_then(|p| p.first().cloned()))
+                .unwrap_or_default();
+            format!("check `{c}` (e.g. {place}) is not in checks()")
+        })
+        .collect();
+    assert!(unlisted.is_empty(), "\n{}", unlisted.join("\n"));
 }
 
 #[test]

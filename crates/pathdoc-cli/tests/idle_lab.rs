@@ -170,7 +170,7 @@ fn a_session_the_server_ends_is_reported_as_such() {
         STEM,
         "sesend",
         &nat(false, 600),
-        &["--max-session-secs", "5"],
+        &["--max-session", "5s", "--max-test", "5s"],
     );
     let (code, report, wall) = check(&l, &["--idle-max", "40s", "--idle-resolution", "1s"]);
     let f = finding(&report, "idle-session-ended");

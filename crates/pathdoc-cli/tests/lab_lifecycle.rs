@@ -207,7 +207,9 @@ fn cli_list_and_bad_input() {
             "pmtu-blackhole",
             "lossy-long-fat",
             "window-limited",
-            "slow-lossy-duplex"
+            "slow-lossy-duplex",
+            "ssh-window-limited",
+            "ssh-cpu-limited"
         ]
     );
     let (_, out, _) = pathdoc(&["lab", "list"]);

@@ -109,6 +109,7 @@ fn json_logs_are_json_only_and_text_logs_have_no_colour_in_files() {
                 let v: Value = serde_json::from_str(line)
                     .unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}\n{log}"));
                 assert!(v["level"].is_string() && v["message"].is_string(), "{line}");
+                assert_eq!(v["schema"], "pathdoc.log/1", "{line}");
             }
             let end: Value = log
                 .lines()
@@ -256,6 +257,7 @@ fn the_bind_error_names_its_cause_once() {
     for line in err.lines() {
         let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
         assert!(v["level"].is_string(), "{line}");
+        assert_eq!(v["schema"], "pathdoc.log/1", "{line}");
     }
     assert!(err.contains("\"level\":\"ERROR\""), "{err}");
 }
@@ -323,6 +325,7 @@ fn ask_raw(addr: SocketAddr, check: pathdoc_proto::CheckKind, request: &Value) -
             pathdoc_proto::CheckKind::Idle => serde_json::json!({"type": "heartbeat", "seq": 1}),
             pathdoc_proto::CheckKind::Mtu => serde_json::json!({"type": "start"}),
             pathdoc_proto::CheckKind::Speed => serde_json::json!({"type": "start", "mode": "upload", "streams": 0, "duration_ms": 1000, "interval_ms": 1000}),
+            other => panic!("no follow-up request for {other:?}"),
         };
         conn.send(&follow_up).await.unwrap();
         let second: Value = conn.recv_timeout(t, "a second reply").await.unwrap();

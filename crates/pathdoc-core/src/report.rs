@@ -63,6 +63,9 @@ pub enum Quantity {
     Rate(f64),
     #[serde(rename = "B")]
     Bytes(u64),
+    /// Bytes per second (what scp/rsync print); shown with IEC prefixes (MiB/s).
+    #[serde(rename = "B/s")]
+    ByteRate(f64),
     #[serde(rename = "s")]
     Seconds(f64),
     #[serde(rename = "%")]
@@ -86,6 +89,7 @@ impl fmt::Display for Quantity {
             Quantity::WireRate(r) => write!(f, "{} on the wire", units::format_rate(*r)),
             Quantity::Rate(r) => f.write_str(&units::format_rate(*r)),
             Quantity::Bytes(b) => f.write_str(&units::format_bytes(*b)),
+            Quantity::ByteRate(r) => f.write_str(&units::format_byte_rate(*r)),
             Quantity::Seconds(s) if s.is_finite() && *s >= 0.0 => {
                 f.write_str(&units::format_duration(Duration::from_secs_f64(*s)))
             }

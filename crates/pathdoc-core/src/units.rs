@@ -33,6 +33,25 @@ pub fn format_bytes(bytes: u64) -> String {
     format!("{} {}", three_significant(value), unit)
 }
 
+/// Format a byte rate with an IEC prefix: `20.0 MiB/s`. This is the number scp and rsync print
+/// (they divide by 1024 but label it `MB/s`); keep bit/s for link rates.
+pub fn format_byte_rate(bytes_per_second: f64) -> String {
+    if !bytes_per_second.is_finite() {
+        return "n/a".to_string();
+    }
+    const UNITS: [&str; 4] = ["KiB/s", "MiB/s", "GiB/s", "TiB/s"];
+    let mut value = bytes_per_second;
+    let mut unit = "B/s";
+    for u in UNITS {
+        if value.abs() < 1024.0 {
+            break;
+        }
+        value /= 1024.0;
+        unit = u;
+    }
+    format!("{} {unit}", three_significant(value))
+}
+
 /// Format a duration for humans, choosing the unit by magnitude: `350 µs`, `41.2 ms`, `3.0 s`,
 /// `61 min 10 s`, `2 h 4 min`.
 pub fn format_duration(d: Duration) -> String {
@@ -153,6 +172,16 @@ mod tests {
         assert_eq!(format_bytes(16 * 1024), "16.0 KiB");
         assert_eq!(format_bytes(2 * 1024 * 1024), "2.00 MiB");
         assert_eq!(format_bytes(6 * 1024 * 1024 * 1024), "6.00 GiB");
+    }
+
+    #[test]
+    fn byte_rates_use_iec() {
+        assert_eq!(format_byte_rate(21_000_000.0), "20.0 MiB/s");
+        assert_eq!(format_byte_rate(500.0), "500 B/s");
+        assert_eq!(
+            format_byte_rate(3.0 * 1024.0 * 1024.0 * 1024.0),
+            "3.00 GiB/s"
+        );
     }
 
     #[test]

@@ -85,6 +85,18 @@ pub fn builtin_steps() -> Vec<DemoStep> {
             adjust: no_adjust,
             show: show_duplex,
         },
+        DemoStep {
+            scenario: "ssh-window-limited",
+            title: "SSH crawls at 2 MiB/RTT where plain TCP is fast",
+            adjust: no_adjust,
+            show: show_ssh_window,
+        },
+        DemoStep {
+            scenario: "ssh-cpu-limited",
+            title: "a capped CPU: the cipher decides SSH's speed",
+            adjust: no_adjust,
+            show: show_ssh_cpu,
+        },
     ]
 }
 
@@ -215,6 +227,48 @@ fn show_window(lab: &Lab, say: Say) -> Result<(), LabError> {
 fn show_duplex(lab: &Lab, say: Say) -> Result<(), LabError> {
     rate(lab, say, "download (server → client)", true)?;
     rate(lab, say, "upload (client → server, bursty loss)", false)?;
+    Ok(())
+}
+
+fn show_ssh_window(lab: &Lab, say: Say) -> Result<(), LabError> {
+    rtt(lab, say)?;
+    rate(lab, say, "download (plain TCP)", true)?;
+    let t = traffic::ssh_transfer(
+        lab,
+        "server",
+        64 << 20,
+        "aes128-gcm@openssh.com",
+        true,
+        Duration::from_secs(60),
+    )?;
+    say(format!(
+        "ssh download of {} (aes128-gcm): {} in {:.1} s including login and slow start, {} goodput; 2 MiB / 100 ms = {}",
+        format_bytes(t.bytes),
+        format_bytes(t.bytes),
+        t.seconds,
+        format_rate(t.bits_per_second()),
+        format_rate(2.0 * 1048576.0 * 8.0 / 0.1)
+    ));
+    Ok(())
+}
+
+fn show_ssh_cpu(lab: &Lab, say: Say) -> Result<(), LabError> {
+    rate(lab, say, "upload (plain TCP)", false)?;
+    for cipher in ["chacha20-poly1305@openssh.com", "aes128-gcm@openssh.com"] {
+        let t = traffic::ssh_transfer(
+            lab,
+            "server",
+            400 << 20,
+            cipher,
+            false,
+            Duration::from_secs(60),
+        )?;
+        say(format!(
+            "ssh upload of {} with {cipher}: {} goodput including login (server CPU capped at 10 % of a core)",
+            format_bytes(t.bytes),
+            format_rate(t.bits_per_second())
+        ));
+    }
     Ok(())
 }
 

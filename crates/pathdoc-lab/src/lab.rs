@@ -21,6 +21,9 @@ use crate::topology::{DirectionSettings, HopKind, Topology};
 /// Default namespace prefix; override with `PATHDOC_LAB_PREFIX` or [`LabOptions::prefix`].
 pub const DEFAULT_PREFIX: &str = "pd-";
 
+/// Parent of every CPU-capping cgroup the lab makes (`<cpu hierarchy>/pathdoc-lab/<lab>-<host>`).
+pub const CGROUP_PARENT: &str = "pathdoc-lab";
+
 /// How to name and run a lab.
 #[derive(Debug, Clone)]
 pub struct LabOptions {
@@ -148,6 +151,10 @@ pub struct Lab {
     topology: Topology,
     state_path: PathBuf,
     delay_lines: Vec<Child>,
+    /// sshd daemons, like delay lines plain children so `persist` can leave them running.
+    daemons: Vec<Child>,
+    /// `procs` file of each CPU-capped host's cgroup: processes started there join it.
+    cgroup_procs: std::collections::HashMap<String, PathBuf>,
     active: bool,
     spawned: Arc<Mutex<Vec<u32>>>,
 }
@@ -231,6 +238,9 @@ impl Lab {
             processes: Vec::new(),
             faults: topology.describe_faults(),
             topology: topology.clone(),
+            cgroups: Vec::new(),
+            dirs: Vec::new(),
+            ssh_config: None,
         };
         let mut lab = Lab {
             state: Mutex::new(state),
@@ -238,6 +248,8 @@ impl Lab {
             topology: topology.clone(),
             state_path,
             delay_lines: Vec::new(),
+            daemons: Vec::new(),
+            cgroup_procs: Default::default(),
             active: true,
             spawned: Arc::new(Mutex::new(Vec::new())),
         };
@@ -467,6 +479,11 @@ impl Lab {
         }
         // 9. Self-check: the client reaches the server.
         self.check_path()?;
+        // 10. CPU caps, then sshd (which must start inside its host's cgroup).
+        self.make_cgroups()?;
+        for host in self.topology.sshd_hosts() {
+            self.start_sshd(&host)?;
+        }
         tracing::info!(lab = %self.id(), elapsed_ms = t0.elapsed().as_millis() as u64, "lab up");
         Ok(())
     }
@@ -540,6 +557,182 @@ impl Lab {
         }
         self.delay_lines.push(child);
         Ok(())
+    }
+
+    fn make_cgroups(&mut self) -> Result<(), LabError> {
+        for h in self.plan.hosts.clone() {
+            let Some(percent) = self
+                .topology
+                .host_spec(&h.name)
+                .and_then(|s| s.cpu_max_percent)
+            else {
+                continue;
+            };
+            let name = format!("{}-{}", self.id(), h.name);
+            let group = pathdoc_sys::cgroup::CpuLimitGroup::create(
+                CGROUP_PARENT,
+                &name,
+                f64::from(percent) / 100.0,
+            )
+            .map_err(|e| LabError::Measurement(format!("capping the CPU of {}: {e}", h.name)))?;
+            self.cgroup_procs.insert(h.name.clone(), group.procs_file());
+            self.state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .cgroups
+                .push(state::HostCgroup {
+                    host: h.name.clone(),
+                    group,
+                });
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    fn start_sshd(&mut self, host: &str) -> Result<(), LabError> {
+        let sshd = crate::sshd::sshd_binary()?;
+        crate::sshd::ensure_privsep_dir()?;
+        let dir = state::state_dir().join(format!("{}.ssh", self.id()));
+        {
+            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if !st.dirs.contains(&dir) {
+                st.dirs.push(dir.clone());
+            }
+        }
+        self.save()?;
+        let addr = self.host(host)?.primary_addr();
+        let files = crate::sshd::prepare(&dir, host, addr)?;
+        crate::sshd::test_config(&sshd, &files)?;
+        let log = state::log_path(&self.id(), &format!("sshd-{host}"));
+        let log_file = std::fs::File::create(&log)
+            .map_err(|e| LabError::io(format!("creating {}", log.display()), e))?;
+        let log_err = log_file
+            .try_clone()
+            .map_err(|e| LabError::io("duplicating log handle", e))?;
+        // Not `ip netns exec`: that also gives the process a private /sys without the cgroup
+        // mounts, and the far end's pathdoc must see its cgroup (CPU cap) like on a real host.
+        let mut cmd = self.command_netns_only(host, &sshd)?;
+        cmd.args(crate::sshd::sshd_args(&files))
+            .stdin(Stdio::null())
+            .stdout(log_file)
+            .stderr(log_err);
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let line = exec::display(&cmd);
+        let child = cmd.spawn().map_err(|source| LabError::Spawn {
+            command: line.clone(),
+            source,
+        })?;
+        let pid = child.id();
+        self.daemons.push(child);
+        {
+            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.processes.push(ProcessState {
+                pid,
+                netns: self
+                    .plan
+                    .host(host)
+                    .map(|h| h.netns.clone())
+                    .unwrap_or_default(),
+                what: format!("sshd on {host}"),
+            });
+            st.ssh_config = Some(files.client_config.clone());
+        }
+        self.save()?;
+        self.wait_for_sshd(host, addr, &log)
+    }
+
+    fn wait_for_sshd(
+        &mut self,
+        host: &str,
+        addr: std::net::Ipv4Addr,
+        log: &std::path::Path,
+    ) -> Result<(), LabError> {
+        let ns = self.netns(host).to_string();
+        let target = std::net::SocketAddr::from((addr, 22));
+        let deadline = Instant::now() + crate::sshd::START_PATIENCE;
+        loop {
+            let up = pathdoc_sys::netns::run_in_netns(&ns, || {
+                std::net::TcpStream::connect_timeout(&target, Duration::from_millis(300)).is_ok()
+            })?;
+            if up {
+                return Ok(());
+            }
+            let exited = self
+                .daemons
+                .last_mut()
+                .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+            if exited || Instant::now() > deadline {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                return Err(LabError::Measurement(format!(
+                    "sshd on {host} did not start listening on {target}: {}",
+                    text.trim()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `ssh -F <this> <host>` logs in to the lab's sshd hosts from the client (None without sshd).
+    pub fn ssh_config(&self) -> Option<PathBuf> {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .ssh_config
+            .clone()
+    }
+
+    /// A command that runs `program` in `host`'s network namespace only (setns before exec),
+    /// keeping the machine's mount namespace — /sys/fs/cgroup stays visible — and joining the
+    /// host's CPU cgroup if it has one.
+    pub fn command_netns_only(
+        &self,
+        host: &str,
+        program: impl AsRef<OsStr>,
+    ) -> Result<Command, LabError> {
+        let path = pathdoc_sys::netns::netns_path(self.netns(host));
+        let ns = std::fs::File::open(&path)
+            .map_err(|e| LabError::io(format!("opening {}", path.display()), e))?;
+        let mut cmd = Command::new(program);
+        // SAFETY: setns is async-signal-safe; `ns` was opened before the fork and outlives it.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                use std::os::fd::AsRawFd;
+                if libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        self.join_cgroup(host, &mut cmd);
+        Ok(cmd)
+    }
+
+    /// Make a command started in `host` join the host's CPU cgroup (if it has one) before it
+    /// runs, so it and all its children are capped.
+    fn join_cgroup(&self, host: &str, cmd: &mut Command) {
+        let Some(procs) = self.cgroup_procs.get(host) else {
+            return;
+        };
+        let Ok(path) = std::ffi::CString::new(procs.as_os_str().as_encoded_bytes()) else {
+            return;
+        };
+        // SAFETY: the closure runs between fork and exec and only calls open/write/close, which
+        // are async-signal-safe; `path` was allocated before the fork.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(cmd, move || {
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // "0" moves the writing process itself.
+                let n = libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::close(fd);
+                if n != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
     }
 
     fn check_path(&self) -> Result<(), LabError> {
@@ -619,9 +812,11 @@ impl Lab {
     }
 
     /// A command that runs `program` inside `host`'s namespace (`ip netns exec NS program`).
+    /// On a CPU-capped host the command joins the host's cgroup.
     pub fn command(&self, host: &str, program: impl AsRef<OsStr>) -> Command {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", self.netns(host)]).arg(program);
+        self.join_cgroup(host, &mut cmd);
         cmd
     }
 
@@ -652,6 +847,7 @@ impl Lab {
             if let Some(d) = cmd.get_current_dir() {
                 wrapped.current_dir(d);
             }
+            self.join_cgroup(host, &mut wrapped);
             wrapped
         };
         let line = exec::display(&cmd);
@@ -710,7 +906,7 @@ impl Lab {
         }
         let state = self.state();
         let result = state::destroy(&state);
-        for child in &mut self.delay_lines {
+        for child in self.delay_lines.iter_mut().chain(self.daemons.iter_mut()) {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -722,6 +918,7 @@ impl Lab {
     pub fn persist(mut self) -> LabState {
         self.active = false;
         self.delay_lines.clear(); // dropping a Child neither kills nor waits
+        self.daemons.clear();
         self.state()
     }
 }

@@ -14,7 +14,8 @@
 //! [`nft`] (rulesets, pure), [`lab`] (building and tearing down), [`state`] (on-disk state),
 //! [`preflight`] (root, tools, kernel), [`exec`] (commands with deadlines), [`traffic`]
 //! (measurements used by the demo and tests), [`demo`] (the `pathdoc lab demo` steps),
-//! [`delay_line`] (the userspace delay/jitter element on delayed links).
+//! [`delay_line`] (the userspace delay/jitter element on delayed links), [`sshd`] (OpenSSH with
+//! per-lab keys on hosts with `sshd = true`).
 
 pub mod capture;
 pub mod delay_line;
@@ -26,6 +27,7 @@ pub mod nft;
 pub mod plan;
 pub mod preflight;
 pub mod scenarios;
+pub mod sshd;
 pub mod state;
 pub mod topology;
 pub mod traffic;

@@ -15,6 +15,8 @@ pub fn package_for(tool: &str) -> &'static str {
         "iperf3" => "iperf3",
         "conntrack" => "conntrack",
         "tcpdump" => "tcpdump",
+        "ssh" | "ssh-keygen" => "openssh-client",
+        "sshd" => "openssh-server",
         _ => "the package that provides it",
     }
 }

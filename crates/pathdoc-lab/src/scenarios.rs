@@ -123,6 +123,37 @@ delay_ms = 0.5
 burst_loss = { every_packets = 50, burst_packets = 2 }
 "#,
     },
+    ScenarioInfo {
+        name: "ssh-window-limited",
+        summary: "1 Gbit/s, 100 ms RTT, big TCP buffers, sshd on the server: SSH crawls at 2 MiB/RTT",
+        seed: "ZFS replication over SSH got 160 Mbit/s where netcat did Gbit/s; OpenSSH's 2 MiB channel window caps a stream at window/RTT (168 Mbit/s at 100 ms)",
+        toml: r#"
+description = "1 Gbit/s, 100 ms RTT; TCP buffers up to 64 MiB on both ends; OpenSSH sshd on the server"
+[client]
+sysctl = { "net.ipv4.tcp_rmem" = "4096 131072 67108864", "net.ipv4.tcp_wmem" = "4096 16384 67108864" }
+[[hop]]
+kind = "nat"
+[server]
+sshd = true
+sysctl = { "net.ipv4.tcp_rmem" = "4096 131072 67108864", "net.ipv4.tcp_wmem" = "4096 16384 67108864" }
+[[link]]
+[[link]]
+rate = "1 Gbit/s"
+delay_ms = 50.0
+"#,
+    },
+    ScenarioInfo {
+        name: "ssh-cpu-limited",
+        summary: "a fast LAN to a server whose CPU is capped at 10 % of a core (cgroup): the cipher decides",
+        seed: "a slow CPU cannot encrypt at line rate, and which cipher is faster differs per machine (chacha20-poly1305 vs aes-gcm); measure, don't guess",
+        toml: r#"
+description = "fast short path (no rate limit, sub-millisecond RTT); the server's CPU is capped at 10 % of a core; OpenSSH sshd on the server"
+[[hop]]
+[server]
+sshd = true
+cpu_max_percent = 10
+"#,
+    },
 ];
 
 /// Names of all built-in scenarios.
@@ -158,7 +189,7 @@ mod tests {
             assert_eq!(t.name.as_deref(), Some(s.name));
             assert!(t.description.is_some(), "{}", s.name);
         }
-        assert_eq!(names().len(), 7);
+        assert_eq!(names().len(), 9);
     }
 
     #[test]

@@ -49,6 +49,22 @@ pub struct LabState {
     pub processes: Vec<ProcessState>,
     pub faults: Vec<String>,
     pub topology: Topology,
+    /// CPU-capping cgroups of hosts with `cpu_max_percent`, removed at teardown.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroups: Vec<HostCgroup>,
+    /// Directories the lab made (sshd keys and configs), removed at teardown.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dirs: Vec<PathBuf>,
+    /// `ssh -F <this> <host>` logs in to the lab's sshd hosts from the client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_config: Option<PathBuf>,
+}
+
+/// A host's CPU cgroup as recorded in the state file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostCgroup {
+    pub host: String,
+    pub group: pathdoc_sys::cgroup::CpuLimitGroup,
 }
 
 impl LabState {
@@ -239,6 +255,19 @@ pub fn destroy(state: &LabState) -> Result<Teardown, LabError> {
         .collect();
     td.killed_pids.extend(kill_all(&stragglers));
     td.merge(destroy_namespaces(&state.namespaces)?);
+    remove_cgroups(&state.cgroups);
+    for dir in &state.dirs {
+        // Only directories inside the state dir named after this lab: never follow a tampered
+        // state file elsewhere.
+        let ours = dir.starts_with(state_dir())
+            && dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&state.id()));
+        if ours {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
     let path = state_path(&state.prefix, &state.name);
     for log in logs_of(&state.id()) {
         let _ = std::fs::remove_file(log);
@@ -249,6 +278,29 @@ pub fn destroy(state: &LabState) -> Result<Teardown, LabError> {
         td.state_files.push(path);
     }
     Ok(td)
+}
+
+/// Kill what is left in the lab's cgroups (everything in them was started by the lab) and remove
+/// them.
+fn remove_cgroups(groups: &[HostCgroup]) {
+    for g in groups {
+        let name_ok = g
+            .group
+            .path
+            .components()
+            .any(|c| c.as_os_str() == crate::lab::CGROUP_PARENT);
+        if !name_ok {
+            continue;
+        }
+        kill_all(&g.group.pids());
+        if let Err(e) = g.group.remove() {
+            tracing::warn!("removing cgroup {}: {e}", g.group.path.display());
+        }
+        // The shared parent goes too once no other lab uses it (rmdir fails while it has children).
+        if let Some(parent) = g.group.path.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
 }
 
 fn same_netns(pid: u32, netns: &str) -> bool {
@@ -292,6 +344,22 @@ pub fn destroy_all(prefix: &str) -> Result<Teardown, LabError> {
     }
     let orphans = pathdoc_sys::netns::list_with_prefix(prefix);
     td.merge(destroy_namespaces(&orphans)?);
+    // CPU cgroups of crashed labs: named `<prefix><lab>-<host>`.
+    let orphan_groups: Vec<HostCgroup> =
+        pathdoc_sys::cgroup::groups_under(crate::lab::CGROUP_PARENT)
+            .into_iter()
+            .filter(|g| {
+                g.path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(prefix))
+            })
+            .map(|group| HostCgroup {
+                host: String::new(),
+                group,
+            })
+            .collect();
+    remove_cgroups(&orphan_groups);
     // State files that failed to parse but carry the prefix.
     if let Ok(dir) = std::fs::read_dir(state_dir()) {
         for e in dir.filter_map(|e| e.ok()) {
@@ -300,6 +368,9 @@ pub fn destroy_all(prefix: &str) -> Result<Teardown, LabError> {
                 && (name.ends_with(".json") || name.ends_with(".log") || name.ends_with(".tmp"))
             {
                 let _ = std::fs::remove_file(e.path());
+                td.state_files.push(e.path());
+            } else if name.starts_with(prefix) && name.ends_with(".ssh") {
+                let _ = std::fs::remove_dir_all(e.path());
                 td.state_files.push(e.path());
             }
         }

@@ -71,6 +71,14 @@ pub struct HostSpec {
     /// Clamp the MSS option of SYNs this host forwards or sends to this many bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mss_clamp: Option<u16>,
+    /// Run OpenSSH's sshd on this host (port 22), with host and user keys generated for the lab;
+    /// the client gets an ssh_config (`ssh -F …`) that logs in non-interactively.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sshd: bool,
+    /// Cap the CPU of processes started in this host (sshd and its children, and whatever runs
+    /// through the lab's `exec`) with a cgroup: percent of one core (`cpu.max`), 1..=800.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_max_percent: Option<u32>,
 }
 
 /// A hop: a router or a NAT, plus the host settings.
@@ -112,6 +120,7 @@ impl HopSpec {
             sysctl: self.sysctl.clone(),
             filters: self.filters.clone(),
             mss_clamp: self.mss_clamp,
+            ..Default::default()
         }
     }
 }
@@ -478,6 +487,14 @@ impl Topology {
         (0..self.link_count()).any(|i| self.link(i).needs_delay_line())
     }
 
+    /// Hosts that run sshd, in chain order.
+    pub fn sshd_hosts(&self) -> Vec<String> {
+        self.host_names()
+            .into_iter()
+            .filter(|h| self.host_spec(h).is_some_and(|s| s.sshd))
+            .collect()
+    }
+
     /// Whether any link has a rate limit (needs `tc`).
     pub fn needs_tc(&self) -> bool {
         (0..self.link_count()).any(|i| {
@@ -626,6 +643,12 @@ impl Topology {
             if let Some(m) = spec.mss_clamp {
                 out.push(format!("{name}: clamps TCP MSS to {m} bytes"));
             }
+            if spec.sshd {
+                out.push(format!("{name}: runs OpenSSH sshd on port 22"));
+            }
+            if let Some(p) = spec.cpu_max_percent {
+                out.push(format!("{name}: CPU capped at {p} % of one core (cgroup)"));
+            }
             for (k, v) in &spec.sysctl {
                 out.push(format!("{name}: sysctl {k} = {v}"));
             }
@@ -682,6 +705,13 @@ fn validate_host(name: &str, spec: &HostSpec) -> Result<(), LabError> {
         if value.to_string().contains('\n') {
             return Err(LabError::Topology(format!(
                 "{name}: sysctl `{key}` value contains a newline"
+            )));
+        }
+    }
+    if let Some(p) = spec.cpu_max_percent {
+        if !(1..=800).contains(&p) {
+            return Err(LabError::Topology(format!(
+                "{name}: cpu_max_percent {p} out of range (1 .. 800, percent of one core)"
             )));
         }
     }
@@ -756,6 +786,17 @@ burst_loss = { every_packets = 100, burst_packets = 3 }
     }
 
     #[test]
+    fn sshd_and_cpu_cap_parse_and_round_trip() {
+        let t = Topology::from_toml("[server]\nsshd = true\ncpu_max_percent = 20").unwrap();
+        assert!(t.server.sshd && !t.client.sshd);
+        assert_eq!(t.server.cpu_max_percent, Some(20));
+        assert_eq!(t.sshd_hosts(), ["server"]);
+        assert!(t.describe_faults().iter().any(|f| f.contains("20 %")));
+        assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t);
+        assert!(!Topology::from_toml("").unwrap().to_toml().contains("sshd"));
+    }
+
+    #[test]
     fn empty_is_a_clean_direct_path() {
         let t = Topology::from_toml("").unwrap();
         assert_eq!(t.host_names(), ["client", "server"]);
@@ -803,6 +844,8 @@ burst_loss = { every_packets = 100, burst_packets = 3 }
         assert!(err("[client]\nsysctl = { \"kernel.panic\" = 1 }").contains("net.*"));
         assert!(err("[client]\nfilters = [\"drop-everything\"]").contains("unknown variant"));
         assert!(err("[client]\nmss_clamp = 20").contains("mss_clamp"));
+        assert!(err("[server]\ncpu_max_percent = 0").contains("cpu_max_percent"));
+        assert!(err("[[hop]]\nsshd = true").contains("unknown field"));
         assert!(err("[client]\ncolour = \"blue\"").contains("unknown field"));
         assert!(err("[[hop]\n").contains("TOML") || !err("[[hop]\n").is_empty());
         let many = "[[hop]]\n".repeat(MAX_HOPS + 1);

@@ -355,6 +355,54 @@ fn transfer(
     Ok(true)
 }
 
+/// A timed bulk transfer over the lab's OpenSSH (what a user's `scp`/`zfs send | ssh` does).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SshTransfer {
+    pub bytes: u64,
+    /// Wall time from starting `ssh` to its exit (includes the SSH handshake).
+    pub seconds: f64,
+    pub cipher: String,
+}
+
+impl SshTransfer {
+    pub fn bits_per_second(&self) -> f64 {
+        self.bytes as f64 * 8.0 / self.seconds.max(1e-9)
+    }
+}
+
+/// Send `bytes` from the client to `host` over SSH (`head -c N /dev/zero | ssh -c CIPHER host 'cat
+/// > /dev/null'`) with the lab's ssh_config, or with `download` the other way.
+pub fn ssh_transfer(
+    lab: &Lab,
+    host: &str,
+    bytes: u64,
+    cipher: &str,
+    download: bool,
+    deadline: Duration,
+) -> Result<SshTransfer, LabError> {
+    let config = lab
+        .ssh_config()
+        .ok_or_else(|| LabError::Measurement("this lab runs no sshd".into()))?;
+    let ssh = format!(
+        "ssh -F {} -o Compression=no -c {cipher} {host}",
+        config.display()
+    );
+    let script = if download {
+        format!("{ssh} 'head -c {bytes} /dev/zero' > /dev/null")
+    } else {
+        format!("head -c {bytes} /dev/zero | {ssh} 'cat > /dev/null'")
+    };
+    let mut cmd = lab.command("client", "sh");
+    cmd.args(["-c", &script]);
+    let start = Instant::now();
+    exec::run(&mut cmd, None, deadline)?;
+    Ok(SshTransfer {
+        bytes,
+        seconds: start.elapsed().as_secs_f64(),
+        cipher: cipher.to_string(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -42,6 +42,8 @@ pub enum CheckKind {
     Idle,
     Mtu,
     Speed,
+    /// Evidence from the far end of an SSH transfer (`pathdoc ssh`, bootstrapped servers only).
+    Ssh,
 }
 
 impl fmt::Display for CheckKind {
@@ -50,6 +52,7 @@ impl fmt::Display for CheckKind {
             CheckKind::Idle => "idle",
             CheckKind::Mtu => "mtu",
             CheckKind::Speed => "speed",
+            CheckKind::Ssh => "ssh",
         })
     }
 }

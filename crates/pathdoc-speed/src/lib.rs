@@ -29,26 +29,69 @@ pub use measure::{measure, Measurement};
 pub use service::SpeedService;
 pub use spec::{Direction, Mode};
 
-use pathdoc_core::Finding;
+use pathdoc_core::{Finding, FindingId};
 
-/// Every finding id this crate can emit (docs/throughput.md lists them, with when each appears).
-/// Per-direction verdict ids appear once per measured direction; the finding's `direction`
-/// field (`client-to-server` = upload, `server-to-client` = download) tells them apart.
-pub const FINDING_IDS: &[&str] = &[
-    "upload-rate",
-    "download-rate",
-    "no-data",
-    "cpu-limited",
-    "receive-window-limited",
-    "send-buffer-limited",
-    "loss-limited",
-    "link-limited",
-    "throughput-asymmetry",
-    "loss-asymmetry",
-    "congestion-control-comparison",
-    "throughput-interrupted",
-    pathdoc_core::report::CHECK_FAILED,
-    pathdoc_core::report::CHECK_NOT_RUN,
+/// Every finding id the throughput check emits, with when and which statuses (docs/output.md
+/// lists them; the finding-id test keeps code, registry and docs equal). Per-direction ids
+/// appear once per measured direction; the finding's `direction` field (`client-to-server` =
+/// upload, `server-to-client` = download) tells them apart.
+pub const FINDING_IDS: &[FindingId] = &[
+    FindingId {
+        id: "upload-rate",
+        meaning: "the client→server goodput, steady state and whole test, with the estimated wire rate: INFO",
+    },
+    FindingId {
+        id: "download-rate",
+        meaning: "the server→client goodput, steady state and whole test, with the estimated wire rate: INFO",
+    },
+    FindingId {
+        id: "no-data",
+        meaning: "a direction's connections were set up but no payload reached the receiver: INCONCLUSIVE",
+    },
+    FindingId {
+        id: "cpu-limited",
+        meaning: "a sending or receiving process used ≥ 90 % of the cores its streams can use, or a host was ≥ 90 % busy with ≥ 15 % of it the transfer's own work: WARN, naming the host",
+    },
+    FindingId {
+        id: "receive-window-limited",
+        meaning: "the receiver's window, at its largest, held the sender back (≥ 20 % of its busy time, or the data in flight filled it): FAIL, with the tcp_rmem fix on the receiver",
+    },
+    FindingId {
+        id: "send-buffer-limited",
+        meaning: "the sender's send buffer was full ≥ 20 % of its busy time while its congestion window allowed more: FAIL, with the tcp_wmem fix on the sender",
+    },
+    FindingId {
+        id: "loss-limited",
+        meaning: "≥ 0.01 % path loss without a standing queue, and the rate within the loss model's (Mathis / RFC 9438): FAIL at ≥ 0.1 % of bytes lost, else WARN",
+    },
+    FindingId {
+        id: "link-limited",
+        meaning: "no host-side limit (window, buffer, CPU, loss) found: the path sets the rate: PASS",
+    },
+    FindingId {
+        id: "throughput-asymmetry",
+        meaning: "the slower direction is below 50 % of the faster: WARN when it loses ≥ 0.01 % on the path and ≥ 10× the other's, else INFO (an asymmetric access line, or the slower direction's own finding explains it)",
+    },
+    FindingId {
+        id: "loss-asymmetry",
+        meaning: "alike rates, but one direction loses ≥ 0.5 % on the path and the other ≥ 10× less: WARN",
+    },
+    FindingId {
+        id: "congestion-control-comparison",
+        meaning: "--compare-cc: the same direction once per congestion control: INFO when within 10 %, WARN with the faster one's sysctl otherwise",
+    },
+    FindingId {
+        id: "throughput-interrupted",
+        meaning: "Ctrl-C/SIGTERM stopped the test; says what was measured until then, which the findings above cover: INCONCLUSIVE",
+    },
+    FindingId {
+        id: pathdoc_core::report::CHECK_FAILED,
+        meaning: "one test of the sequence (e.g. the download after the upload, or one congestion control of --compare-cc) could not run; the tests before it are judged: INCONCLUSIVE",
+    },
+    FindingId {
+        id: pathdoc_core::report::CHECK_NOT_RUN,
+        meaning: "one test of the sequence never started: the run was interrupted first: INFO",
+    },
 ];
 
 /// Findings for one run: each direction's rate and limit, and the asymmetry between them.
@@ -170,7 +213,7 @@ mod tests {
             ..Measurement::default()
         };
         seen.extend(measure::findings(&m, false).into_iter().map(|f| f.id));
-        let registry: BTreeSet<String> = FINDING_IDS.iter().map(|s| s.to_string()).collect();
+        let registry: BTreeSet<String> = FINDING_IDS.iter().map(|i| i.id.to_string()).collect();
         assert_eq!(seen, registry, "emitted ids vs FINDING_IDS");
     }
 }

@@ -12,10 +12,7 @@ use crate::analysis::{
 };
 use crate::model::loss_model_rate;
 use crate::phases::LossClass;
-
-fn new(d: &DirectionResult, id: &str, status: Status, title: String) -> Finding {
-    Finding::new(CHECK, id, status, title).direction(d.core_direction())
-}
+use crate::spec::Direction;
 
 fn ms(s: f64) -> String {
     format!("{:.1} ms", s * 1e3)
@@ -65,7 +62,13 @@ pub fn rate_finding(d: &DirectionResult, b: &Basis) -> Finding {
             d.phases.no_steady_reason.as_deref().unwrap_or("no per-interval samples")
         ),
     };
-    let mut f = new(d, &format!("{}-rate", d.direction.short()), Status::Info, title)
+    // Literal ids, so the finding-id test can read them (docs/output.md).
+    let id = match d.direction {
+        Direction::Upload => "upload-rate",
+        Direction::Download => "download-rate",
+    };
+    let mut f = Finding::new(CHECK, id, Status::Info, title)
+        .direction(d.core_direction())
         .summary(format!(
             "Goodput is TCP payload acknowledged by the receiver.{phase} The wire estimate adds {} B of IP+TCP headers per {} B segment{} and the retransmitted bytes; Ethernet adds 14 B per frame (what tc/tbf meters) or 38 B at layer 1 (preamble, FCS, gap). Congestion control: {}.",
             w.overhead_bytes,
@@ -187,7 +190,8 @@ fn rate_evidence(d: &DirectionResult, b: &Basis) -> Evidence {
 }
 
 pub fn no_data_finding(d: &DirectionResult) -> Finding {
-    new(d, "no-data", Status::Inconclusive, format!("{}: no data arrived", d.what()))
+    Finding::new(CHECK, "no-data", Status::Inconclusive, format!("{}: no data arrived", d.what()))
+        .direction(d.core_direction())
         .summary("The data connections were set up but no payload reached the receiver; nothing can be judged.")
 }
 
@@ -345,7 +349,8 @@ pub fn cpu_finding(d: &DirectionResult, b: &Basis, cause: CpuCause) -> Finding {
             side.host(),
         ),
     };
-    let mut f = new(d, "cpu-limited", Status::Warn, title)
+    let mut f = Finding::new(CHECK, "cpu-limited", Status::Warn, title)
+        .direction(d.core_direction())
         .summary(summary)
         .requirement(requirement)
         .evidences(process_cpu_evidence(b, d))
@@ -405,12 +410,13 @@ pub fn rwnd_finding(d: &DirectionResult, b: &Basis) -> Finding {
         .unwrap_or((4096, 131072));
     let command = format!("sysctl -w net.ipv4.tcp_rmem=\"{rmin} {rdef} {recommended}\"");
     let receiver = d.receiver_side;
-    let mut f = new(d, "receive-window-limited", Status::Fail, format!(
+    let mut f = Finding::new(CHECK, "receive-window-limited", Status::Fail, format!(
         "{} limited by the receive window of the {} ({})",
         d.what(),
         receiver.name(),
         format_bytes(window)
     ))
+    .direction(d.core_direction())
     .summary(format!(
         "In the {} the receiver's window stayed open at its largest, {} of data were in flight (goodput × RTT) while the sender's congestion window ({}) would have sent more, and the kernel counted {:.0} % of the sender's busy time as waiting for the window. A {} window at {} RTT allows at most {} (window/RTT); the measured {} is at that ceiling. The link rate is not known from here; to reach, say, {} the window must hold {} (bandwidth-delay product = rate × RTT), and the fix below sizes the buffer for twice that.",
         b.label,
@@ -470,11 +476,12 @@ pub fn sndbuf_finding(d: &DirectionResult, b: &Basis) -> Finding {
     let recommended = recommended_buffer(target, rtt, wmem.map(|w| w[2]).unwrap_or(4 << 20));
     let (wmin, wdef) = wmem.map(|w| (w[0], w[1])).unwrap_or((4096, 16384));
     let sender = d.sender_side;
-    let mut f = new(d, "send-buffer-limited", Status::Fail, format!(
+    let mut f = Finding::new(CHECK, "send-buffer-limited", Status::Fail, format!(
         "{} limited by the send buffer of the {}",
         d.what(),
         sender.name()
     ))
+    .direction(d.core_direction())
     .summary(format!(
         "In the {} the sender spent {:.0} % of its busy time with a full send buffer while its congestion window ({}) would have allowed more than the {} in flight: the buffer, not the network, held the data in flight. The link rate is not known from here; at {} RTT, reaching, say, {} needs {} in flight, and the fix below sizes the buffer for twice that.",
         b.label,
@@ -524,7 +531,7 @@ pub fn loss_finding(d: &DirectionResult, b: &Basis, model: f64) -> Finding {
     } else {
         "Mathis, for Reno-style congestion avoidance"
     };
-    let mut f = new(d, "loss-limited", status, format!(
+    let mut f = Finding::new(CHECK, "loss-limited", status, format!(
         "{} limited by packet loss on the path: {:.2} % of bytes lost {}, {} goodput {}",
         d.what(),
         p * 100.0,
@@ -532,6 +539,7 @@ pub fn loss_finding(d: &DirectionResult, b: &Basis, model: f64) -> Finding {
         format_rate(b.rate_bps),
         b.short
     ))
+    .direction(d.core_direction())
     .summary(format!(
         "In the {} {:.3} % of the sent bytes were lost on the path: the RTT stayed near its minimum ({} vs {}, no queue building) and the losses came interval after interval, not in bursts at a full queue, so this is not the sender overrunning a bottleneck. The loss model ({}) allows about {} for {} stream(s) at this loss and RTT; the measured {} is within {MODEL_FACTOR:.0}× of it, so the loss explains the rate.",
         b.label,
@@ -675,12 +683,13 @@ fn capitalized(s: &str) -> String {
 }
 
 pub fn path_finding(d: &DirectionResult, b: &Basis) -> Finding {
-    let mut f = new(d, "link-limited", Status::Pass, format!(
+    let mut f = Finding::new(CHECK, "link-limited", Status::Pass, format!(
         "{}: no host-side limit found; the path sets the rate: {} goodput {}",
         d.what(),
         format_rate(b.rate_bps),
         b.short
     ))
+    .direction(d.core_direction())
     .summary(format!(
         "Neither the receive window ({:.0} % of busy time) nor the send buffer ({:.0} %) held the sender back. {} {} The rate is what the path delivers.",
         b.rwnd_fraction() * 100.0,

@@ -1,8 +1,11 @@
 //! Linux kernel access for pathdoc: TCP_INFO, socket options, network namespaces, sysctls.
+pub mod cgroup;
 pub mod cpu_usage;
 pub mod netns;
 pub mod pmtu;
+pub mod process;
 pub mod saved_syn;
 pub mod sendq;
+pub mod sock_diag;
 pub mod source;
 pub mod tcp_info;

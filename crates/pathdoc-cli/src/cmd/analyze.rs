@@ -46,14 +46,18 @@ pub struct AnalyzeArgs {
     /// Print Wireshark's tcp.analysis flags of every TCP packet as a tab-separated table instead
     /// of the report (columns: frame, time, stream, src, dst, seq, ack, len, tcp flags,
     /// analysis flags, dup-ACK number).
-    #[arg(long, conflicts_with = "json")]
+    #[arg(long, conflicts_with_all = ["json", "report"])]
     flags: bool,
+    #[command(flatten)]
+    html: super::report_html::HtmlReportArgs,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 pub fn run(args: AnalyzeArgs, global: Global) -> anyhow::Result<i32> {
     let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst));
+    // A bad --report path fails now, not after minutes of reading.
+    args.html.prepare()?;
     if args.captures.len() == 2 {
         return run_pair(&args, global);
     }
@@ -81,6 +85,7 @@ pub fn run(args: AnalyzeArgs, global: Global) -> anyhow::Result<i32> {
     }
     let report = build_report(&[pass], None, filter_json(&args, &hosts));
     render(&report, global);
+    super::report_capture::write_html(&args.html, &args.captures, &report)?;
     Ok(exit_code(&report))
 }
 
@@ -590,6 +595,7 @@ fn run_pair(args: &AnalyzeArgs, global: Global) -> anyhow::Result<i32> {
     passes.iter().for_each(warn_damage);
     let report = build_report(&passes, Some(comparison), filter_json(args, &hosts));
     render(&report, global);
+    super::report_capture::write_html(&args.html, &args.captures, &report)?;
     let _ = std::io::stderr().is_terminal();
     Ok(exit_code(&report))
 }

@@ -28,6 +28,7 @@ pub const EXAMPLES: &str = "Examples:
   pathdoc check localhost:7224 --throughput  # a host name with a port
   pathdoc check [2001:db8::10]:7224 -6       # IPv6
   pathdoc check 203.0.113.10 --json          # versioned JSON for scripts (docs/output.md)
+  pathdoc check server.example.net --report path.html   # also a self-contained HTML report
 
 Exit codes: 0 no problem, 1 problem found, 2 could not run, 3 inconclusive, 130 interrupted.
 Ctrl-C stops the checks and prints what was measured so far.";
@@ -36,6 +37,12 @@ Ctrl-C stops the checks and prints what was measured so far.";
 pub struct CheckArgs {
     #[command(flatten)]
     pub target: ServerTarget,
+    /// Start a temporary pathdoc server on [USER@]HOST[:PORT] over SSH and check the path to it
+    /// (nothing to install there; your ssh config, keys and known_hosts apply). docs/ssh.md.
+    #[arg(long, value_name = "[USER@]HOST[:PORT]")]
+    pub ssh: Option<String>,
+    #[command(flatten)]
+    pub ssh_opts: super::ssh::SshClientArgs,
     /// Run the path-MTU check (both directions, black holes, MSS clamping).
     #[arg(long)]
     pub mtu: bool,
@@ -51,6 +58,8 @@ pub struct CheckArgs {
     pub throughput_opts: super::check_speed::ThroughputArgs,
     #[command(flatten)]
     pub idle_opts: super::check_idle::IdleArgs,
+    #[command(flatten)]
+    pub html: super::report_html::HtmlReportArgs,
 }
 
 /// What a check module gets to run with.
@@ -86,8 +95,7 @@ struct Plan {
 }
 
 impl CheckArgs {
-    fn plan(&self) -> Result<Plan, CliError> {
-        let target = self.target.plan()?;
+    fn steps(&self) -> Result<Vec<Step>, CliError> {
         let all = !(self.mtu || self.throughput || self.idle);
         // Every option is validated, also those of checks not selected: a typo is a typo.
         let mtu = self.mtu_opts.options()?;
@@ -104,17 +112,38 @@ impl CheckArgs {
         if all || self.idle {
             steps.push(Step::Idle(idle));
         }
-        Ok(Plan { target, steps })
+        Ok(steps)
     }
 }
 
-pub fn run(args: CheckArgs, global: Global) -> anyhow::Result<i32> {
-    let plan = args.plan()?;
+pub fn run(mut args: CheckArgs, global: Global) -> anyhow::Result<i32> {
+    // Every option is checked before any network work, the SSH bootstrap included.
+    let steps = args.steps()?;
+    let html = args.html.prepare()?;
     let progress = TerminalProgress::new(global);
+    // --ssh: the temporary server becomes the target; keep its guard until the report is out.
+    let _remote = match super::ssh::prepare_target(
+        &mut args.target,
+        args.ssh.as_deref(),
+        &args.ssh_opts,
+        &progress,
+        global,
+    )? {
+        super::ssh::SshStart::Cleaned(code) => return Ok(code),
+        start => start,
+    };
+    let plan = Plan {
+        target: args.target.plan()?,
+        steps,
+    };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let report = runtime.block_on(run_plan(&args, &plan, &progress, global))?;
     progress.finish();
-    Ok(output::print_report(&report, global))
+    let code = output::print_report(&report, global);
+    if let Some(html) = html {
+        html.write(&report)?;
+    }
+    Ok(code)
 }
 
 async fn run_plan(

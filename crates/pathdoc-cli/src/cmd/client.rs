@@ -16,9 +16,13 @@ use crate::error::{CliError, ErrorKind};
 /// Connection options shared by every client command.
 #[derive(Args, Debug, Clone)]
 pub struct ServerTarget {
-    /// The pathdoc server: HOST, HOST:PORT, [IPV6]:PORT or a bare IPv6 address.
-    #[arg(value_name = "HOST[:PORT]")]
-    pub host: String,
+    /// The pathdoc server: HOST, HOST:PORT, [IPV6]:PORT or a bare IPv6 address (not with --ssh).
+    #[arg(
+        value_name = "HOST[:PORT]",
+        required_unless_present_any = ["ssh", "clean"],
+        conflicts_with = "ssh"
+    )]
+    pub host: Option<String>,
     /// Server port, when HOST names none [default: 7224].
     #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
     pub port: Option<u16>,
@@ -63,12 +67,15 @@ impl TargetPlan {
 impl ServerTarget {
     /// Check everything about the target that needs no network.
     pub fn plan(&self) -> Result<TargetPlan, CliError> {
-        let target = Target::parse(&self.host).map_err(|e| CliError::usage(e.to_string()))?;
+        let host = self
+            .host
+            .as_deref()
+            .ok_or_else(|| CliError::usage("no server given: HOST[:PORT], or --ssh [USER@]HOST"))?;
+        let target = Target::parse(host).map_err(|e| CliError::usage(e.to_string()))?;
         let port = match (target.port, self.port) {
             (Some(a), Some(b)) if a != b => {
                 return Err(CliError::usage(format!(
-                    "two ports given: {a} in {:?} and --port {b}",
-                    self.host
+                    "two ports given: {a} in {host:?} and --port {b}"
                 )))
             }
             (Some(p), _) | (None, Some(p)) => p,

@@ -276,6 +276,19 @@ fn render_lab(st: &LabState, usage: bool) -> String {
         if let Some(c) = st.hosts.first() {
             s.push_str(&format!("  ip netns exec {} bash\n", c.netns));
         }
+        if let Some(cfg) = &st.ssh_config {
+            let sshd = st.topology.sshd_hosts().join(" ");
+            s.push_str(&format!(
+                "  pathdoc lab exec {}{flag} client -- ssh -F {} {sshd}\n",
+                st.name,
+                cfg.display()
+            ));
+            s.push_str(&format!(
+                "  pathdoc lab exec {}{flag} client -- pathdoc ssh -F {} {sshd}\n",
+                st.name,
+                cfg.display()
+            ));
+        }
         s.push_str(&format!(
             "remove it:\n  pathdoc lab down {}{flag}\n",
             st.name
@@ -422,6 +435,12 @@ fn exec(a: ExecArgs, prefix: &str) -> anyhow::Result<i32> {
                     .join(", ")
             )
         })?;
+    // A CPU-capped host: what runs there joins its cgroup (through this process, which only waits).
+    if let Some(g) = st.cgroups.iter().find(|g| g.host == a.host) {
+        g.group
+            .add(std::process::id())
+            .with_context(|| format!("joining the CPU cgroup {}", g.group.path.display()))?;
+    }
     let status = std::process::Command::new("ip")
         .args(["netns", "exec", &host.netns])
         .args(&a.command)

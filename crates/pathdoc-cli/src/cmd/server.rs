@@ -87,6 +87,18 @@ pub struct ServerArgs {
     /// [default: text; --json means json].
     #[arg(long, value_enum)]
     log_format: Option<LogFormat>,
+    /// Read the auth token from the first line of stdin (for `--ssh`: not visible in `ps`).
+    #[arg(long, conflicts_with = "auth_token", hide = true)]
+    auth_token_stdin: bool,
+    /// Exit when stdin closes (for `--ssh`: the SSH session ended).
+    #[arg(long, hide = true)]
+    exit_on_stdin_eof: bool,
+    /// Print `pathdoc-server-ready ADDR` on stdout once listening (for `--ssh`: the port may be 0).
+    #[arg(long, hide = true)]
+    ready_line: bool,
+    /// Serve TCP_INFO and CPU of this user's sshd sessions to the token holder (`pathdoc ssh`).
+    #[arg(long, hide = true)]
+    ssh_evidence: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,6 +174,11 @@ pub fn run(args: ServerArgs, global: Global) -> anyhow::Result<i32> {
 }
 
 fn start(args: ServerArgs, global: Global) -> anyhow::Result<i32> {
+    let stdin = super::server_ssh::stdin_control(args.auth_token_stdin, args.exit_on_stdin_eof)?;
+    let auth_token = args.auth_token.clone().or(stdin.token);
+    if args.ssh_evidence && auth_token.is_none() {
+        bail!("--ssh-evidence needs an auth token (--auth-token or --auth-token-stdin)");
+    }
     if global.json && args.log_format == Some(LogFormat::Text) {
         bail!("--json asks for JSON logs and --log-format text for text logs; give one of them");
     }
@@ -172,7 +189,7 @@ fn start(args: ServerArgs, global: Global) -> anyhow::Result<i32> {
     let listen = resolve_listen(args.listen.as_deref(), args.port)?;
     let config = ServerConfig {
         listen,
-        auth_token: args.auth_token,
+        auth_token,
         limits,
         once: args.once,
         stats_interval: (!args.stats_interval.is_zero()).then_some(args.stats_interval),
@@ -192,6 +209,9 @@ fn start(args: ServerArgs, global: Global) -> anyhow::Result<i32> {
         for service in services() {
             server = server.with_service(service);
         }
+        if args.ssh_evidence {
+            server = server.with_service(Arc::new(pathdoc_ssh::EvidenceService::new()));
+        }
         let bound = server.bind().await?;
         if fds < u64::from(connections) {
             tracing::warn!(
@@ -199,7 +219,11 @@ fn start(args: ServerArgs, global: Global) -> anyhow::Result<i32> {
                 "the open-file limit caps the server at about {fds} connections (raise it with `ulimit -n` or LimitNOFILE=)"
             );
         }
-        bound.run(shutdown_signal(), Duration::from_secs(5)).await;
+        if args.ready_line {
+            super::server_ssh::announce(bound.local_addr());
+        }
+        let stop = super::server_ssh::shutdown(shutdown_signal(), stdin.eof);
+        bound.run(stop, Duration::from_secs(5)).await;
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(0)

@@ -24,14 +24,22 @@ pub const EXAMPLES: &str = "Examples:
   pathdoc speed server.example.net --bidir -P 4   # both ways at once, 4 streams each
   pathdoc speed server.example.net -n 1GiB        # until 1 GiB has arrived
   pathdoc speed server.example.net --compare-cc   # CUBIC vs BBR on this path
+  pathdoc speed server.example.net --report s.html  # also an HTML report with the plots
 
 Prints one line per interval (goodput, retransmits, congestion window, RTT) and a summary, then
 the findings. Ctrl-C stops the test and prints what was measured.";
 
 #[derive(Args, Debug)]
+// `-i` is iperf3's --interval here; the SSH identity file keeps its long form --ssh-identity.
+#[command(mut_arg("identity", |a| a.short(None)))]
 pub struct SpeedArgs {
     #[command(flatten)]
     pub target: ServerTarget,
+    /// Start a temporary pathdoc server on [USER@]HOST[:PORT] over SSH and measure to it.
+    #[arg(long, value_name = "[USER@]HOST[:PORT]")]
+    pub ssh: Option<String>,
+    #[command(flatten)]
+    pub ssh_opts: super::ssh::SshClientArgs,
     /// Server → client (download) instead of client → server.
     #[arg(long, short = 'R', conflicts_with = "bidir")]
     pub reverse: bool,
@@ -62,6 +70,8 @@ pub struct SpeedArgs {
     #[arg(long, short = 'i', value_name = "DURATION", default_value = "1s",
           value_parser = seconds_or_duration(ms(100), secs(60)))]
     pub interval: Duration,
+    #[command(flatten)]
+    pub html: super::report_html::HtmlReportArgs,
 }
 
 /// A congestion-control name as the kernel spells them (`cubic`, `bbr`, `reno`, `dctcp`…):
@@ -110,10 +120,21 @@ impl SpeedArgs {
     }
 }
 
-pub fn run(args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
-    let target = args.target.plan()?;
+pub fn run(mut args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
     let opts = args.options()?;
+    let html = args.html.prepare()?;
     let progress = TerminalProgress::new(global);
+    let _remote = match super::ssh::prepare_target(
+        &mut args.target,
+        args.ssh.as_deref(),
+        &args.ssh_opts,
+        &progress,
+        global,
+    )? {
+        super::ssh::SshStart::Cleaned(code) => return Ok(code),
+        start => start,
+    };
+    let target = args.target.plan()?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let report = runtime.block_on(async {
         let cancel = interrupt::install(global.quiet).context("installing the Ctrl-C handler")?;
@@ -144,7 +165,11 @@ pub fn run(args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
         Ok::<_, anyhow::Error>(report)
     })?;
     progress.finish();
-    Ok(output::print_report(&report, global))
+    let code = output::print_report(&report, global);
+    if let Some(html) = html {
+        html.write(&report)?;
+    }
+    Ok(code)
 }
 
 /// Run each of `tests` (with `compare_cc`: once per congestion control) and add findings and

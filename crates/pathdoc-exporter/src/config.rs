@@ -1,0 +1,482 @@
+//! The exporter's TOML configuration: where it listens, who may scrape it, which modules exist
+//! (each runs one check with its settings, like blackbox_exporter's modules) and which targets
+//! each module may probe. Nothing outside this file can be probed: the exporter is never an open
+//! proxy.
+//!
+//! ```toml
+//! listen = "127.0.0.1:9724"
+//! auth_tokens = ["change-me"]        # Authorization: Bearer … on /probe and /metrics
+//! max_concurrent_probes = 2
+//! probe_timeout = "60s"
+//!
+//! [modules.mtu]
+//! check = "mtu"
+//! [modules.throughput]
+//! check = "throughput"
+//! time = "5s"
+//! [modules.idle]
+//! check = "idle"
+//! idle_max = "2h10m"
+//!
+//! [[targets]]
+//! address = "server.example.net:7224"
+//! modules = ["mtu", "throughput", "idle"]
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The pathdoc server's default port, used when a target names none.
+pub const DEFAULT_SERVER_PORT: u16 = 7224;
+/// Default listen address: loopback, port 9724 (pathdoc's 7224 + 2500, like the 9xxx exporters).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9724";
+/// Hard caps that a config cannot raise: each idle monitor holds up to `max_probes` connections
+/// open for hours on the server it probes.
+pub const MAX_IDLE_TARGETS: usize = 64;
+pub const MAX_TARGETS: usize = 1024;
+pub const MAX_CONCURRENT_PROBES: usize = 16;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    listen: Option<String>,
+    #[serde(default)]
+    auth_tokens: Vec<String>,
+    #[serde(default)]
+    max_concurrent_probes: Option<usize>,
+    #[serde(default)]
+    probe_timeout: Option<String>,
+    #[serde(default)]
+    max_idle_targets: Option<usize>,
+    #[serde(default)]
+    modules: BTreeMap<String, RawModule>,
+    #[serde(default)]
+    targets: Vec<RawTarget>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawModule {
+    check: String,
+    // mtu
+    min_size: Option<u16>,
+    max_size: Option<u16>,
+    attempts: Option<u8>,
+    wait: Option<String>,
+    max_ttl: Option<u8>,
+    bulk: Option<String>,
+    // throughput
+    time: Option<String>,
+    streams: Option<u32>,
+    congestion_control: Option<String>,
+    // idle
+    idle_max: Option<String>,
+    resolution: Option<String>,
+    max_probes: Option<usize>,
+    interval: Option<String>,
+    udp: Option<bool>,
+    culprit: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTarget {
+    address: String,
+    modules: Vec<String>,
+    /// The pathdoc server's auth token, when it requires one.
+    #[serde(default)]
+    server_token: Option<String>,
+}
+
+/// What one module runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Check {
+    Mtu {
+        min_size: u16,
+        max_size: u16,
+        attempts: u8,
+        wait: Duration,
+        max_ttl: u8,
+        bulk: Duration,
+    },
+    Throughput {
+        time: Duration,
+        streams: u32,
+        congestion_control: Option<String>,
+    },
+    Idle {
+        idle_max: Duration,
+        resolution: Duration,
+        max_probes: usize,
+        /// Pause between the end of one idle run and the start of the next.
+        interval: Duration,
+        udp: bool,
+        culprit: bool,
+    },
+}
+
+impl Check {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Check::Mtu { .. } => "mtu",
+            Check::Throughput { .. } => "throughput",
+            Check::Idle { .. } => "idle",
+        }
+    }
+}
+
+/// A target a module may probe, normalised as `host:port` (host lower-cased).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    pub address: String,
+    pub modules: Vec<String>,
+    pub server_token: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub auth_tokens: Vec<String>,
+    pub max_concurrent_probes: usize,
+    pub probe_timeout: Duration,
+    pub modules: BTreeMap<String, Check>,
+    pub targets: Vec<Target>,
+}
+
+impl Config {
+    pub fn load(path: &str) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_string(),
+            source,
+        })?;
+        Config::parse(&text).map_err(|message| ConfigError::Invalid {
+            path: path.to_string(),
+            message,
+        })
+    }
+
+    /// Parse and validate; the message names the field at fault.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        let listen = raw
+            .listen
+            .as_deref()
+            .unwrap_or(DEFAULT_LISTEN)
+            .parse()
+            .map_err(|e| format!("listen: {e} (write e.g. \"127.0.0.1:9724\")"))?;
+        if raw.auth_tokens.iter().any(|t| t.trim().len() < 8) {
+            return Err("auth_tokens: each token needs at least 8 characters".into());
+        }
+        let max_concurrent_probes = raw.max_concurrent_probes.unwrap_or(2);
+        if !(1..=MAX_CONCURRENT_PROBES).contains(&max_concurrent_probes) {
+            return Err(format!(
+                "max_concurrent_probes: must be 1..={MAX_CONCURRENT_PROBES}"
+            ));
+        }
+        let probe_timeout = duration("probe_timeout", raw.probe_timeout.as_deref(), 60)?;
+        let mut modules = BTreeMap::new();
+        for (name, m) in raw.modules {
+            modules.insert(name.clone(), module(&name, m)?);
+        }
+        if raw.targets.len() > MAX_TARGETS {
+            return Err(format!("targets: at most {MAX_TARGETS}"));
+        }
+        let mut targets: Vec<Target> = Vec::new();
+        for t in raw.targets {
+            let address = normalize_target(&t.address)
+                .map_err(|e| format!("targets: address {:?}: {e}", t.address))?;
+            for m in &t.modules {
+                if !modules.contains_key(m) {
+                    return Err(format!(
+                        "targets: {address} lists module {m:?}, which is not defined under [modules]"
+                    ));
+                }
+            }
+            if targets.iter().any(|x| x.address == address) {
+                return Err(format!("targets: {address} is listed twice"));
+            }
+            targets.push(Target {
+                address,
+                modules: t.modules,
+                server_token: t.server_token,
+            });
+        }
+        let idle_targets = targets
+            .iter()
+            .filter(|t| {
+                t.modules
+                    .iter()
+                    .any(|m| matches!(modules.get(m), Some(Check::Idle { .. })))
+            })
+            .count();
+        let max_idle = raw.max_idle_targets.unwrap_or(16).min(MAX_IDLE_TARGETS);
+        if idle_targets > max_idle {
+            return Err(format!(
+                "{idle_targets} targets have an idle module, more than max_idle_targets = {max_idle} (at most {MAX_IDLE_TARGETS}): each idle monitor keeps up to its max_probes connections open on the server"
+            ));
+        }
+        Ok(Config {
+            listen,
+            auth_tokens: raw.auth_tokens,
+            max_concurrent_probes,
+            probe_timeout,
+            modules,
+            targets,
+        })
+    }
+
+    /// The target entry that allows `module` on `address`, if any.
+    pub fn allowed(&self, address: &str, module: &str) -> Option<&Target> {
+        let address = normalize_target(address).ok()?;
+        self.targets
+            .iter()
+            .find(|t| t.address == address && t.modules.iter().any(|m| m == module))
+    }
+}
+
+fn duration(field: &str, text: Option<&str>, default_secs: u64) -> Result<Duration, String> {
+    match text {
+        None => Ok(Duration::from_secs(default_secs)),
+        Some(t) => pathdoc_core::units::parse_duration(t).map_err(|e| format!("{field}: {e}")),
+    }
+}
+
+fn module(name: &str, m: RawModule) -> Result<Check, String> {
+    let field = |f: &str| format!("modules.{name}.{f}");
+    let only = |allowed: &[&str]| -> Result<(), String> {
+        let set: Vec<(&str, bool)> = vec![
+            ("min_size", m.min_size.is_some()),
+            ("max_size", m.max_size.is_some()),
+            ("attempts", m.attempts.is_some()),
+            ("wait", m.wait.is_some()),
+            ("max_ttl", m.max_ttl.is_some()),
+            ("bulk", m.bulk.is_some()),
+            ("time", m.time.is_some()),
+            ("streams", m.streams.is_some()),
+            ("congestion_control", m.congestion_control.is_some()),
+            ("idle_max", m.idle_max.is_some()),
+            ("resolution", m.resolution.is_some()),
+            ("max_probes", m.max_probes.is_some()),
+            ("interval", m.interval.is_some()),
+            ("udp", m.udp.is_some()),
+            ("culprit", m.culprit.is_some()),
+        ];
+        match set
+            .iter()
+            .find(|(f, present)| *present && !allowed.contains(f))
+        {
+            Some((f, _)) => Err(format!(
+                "{}: not a setting of the {} check",
+                field(f),
+                m.check
+            )),
+            None => Ok(()),
+        }
+    };
+    let defaults = pathdoc_mtu::MtuOptions::default();
+    match m.check.as_str() {
+        "mtu" => {
+            only(&[
+                "min_size", "max_size", "attempts", "wait", "max_ttl", "bulk",
+            ])?;
+            Ok(Check::Mtu {
+                min_size: m.min_size.unwrap_or(defaults.min_size),
+                max_size: m.max_size.unwrap_or(defaults.max_size),
+                attempts: m.attempts.unwrap_or(defaults.attempts),
+                wait: opt_duration(&field("wait"), m.wait.as_deref())?.unwrap_or(defaults.wait),
+                max_ttl: m.max_ttl.unwrap_or(defaults.max_ttl),
+                bulk: opt_duration(&field("bulk"), m.bulk.as_deref())?.unwrap_or(defaults.bulk),
+            })
+        }
+        "throughput" => {
+            only(&["time", "streams", "congestion_control"])?;
+            let time =
+                opt_duration(&field("time"), m.time.as_deref())?.unwrap_or(Duration::from_secs(5));
+            if time.is_zero() || time > Duration::from_secs(60) {
+                return Err(format!(
+                    "{}: must be more than 0 and at most 60 s",
+                    field("time")
+                ));
+            }
+            let streams = m.streams.unwrap_or(1);
+            if streams == 0 || streams > pathdoc_speed::spec::MAX_STREAMS {
+                return Err(format!(
+                    "{}: must be 1..={}",
+                    field("streams"),
+                    pathdoc_speed::spec::MAX_STREAMS
+                ));
+            }
+            Ok(Check::Throughput {
+                time,
+                streams,
+                congestion_control: m.congestion_control,
+            })
+        }
+        "idle" => {
+            only(&[
+                "idle_max",
+                "resolution",
+                "max_probes",
+                "interval",
+                "udp",
+                "culprit",
+            ])?;
+            let idle_max = opt_duration(&field("idle_max"), m.idle_max.as_deref())?
+                .unwrap_or(Duration::from_secs(7800));
+            let resolution = opt_duration(&field("resolution"), m.resolution.as_deref())?
+                .unwrap_or(Duration::from_secs(10));
+            let max_probes = m.max_probes.unwrap_or(240);
+            if !(8..=1000).contains(&max_probes) {
+                return Err(format!("{}: must be 8..=1000", field("max_probes")));
+            }
+            Ok(Check::Idle {
+                idle_max,
+                resolution,
+                max_probes,
+                interval: opt_duration(&field("interval"), m.interval.as_deref())?
+                    .unwrap_or(Duration::from_secs(60)),
+                udp: m.udp.unwrap_or(true),
+                culprit: m.culprit.unwrap_or(true),
+            })
+        }
+        other => Err(format!(
+            "{}: unknown check {other:?} (mtu, throughput or idle)",
+            field("check")
+        )),
+    }
+}
+
+fn opt_duration(field: &str, text: Option<&str>) -> Result<Option<Duration>, String> {
+    text.map(|t| pathdoc_core::units::parse_duration(t).map_err(|e| format!("{field}: {e}")))
+        .transpose()
+}
+
+/// `HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 address → `host:port` with the host
+/// lower-cased and the default port filled in, so `Server.example.net` and
+/// `server.example.net:7224` are the same target.
+pub fn normalize_target(address: &str) -> Result<String, String> {
+    let a = address.trim();
+    if a.is_empty() || a.contains(['/', '?', '#', '@', ' ']) {
+        return Err("expected HOST or HOST:PORT".into());
+    }
+    if let Ok(sa) = a.parse::<SocketAddr>() {
+        return Ok(sa.to_string());
+    }
+    if let Ok(ip) = a.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, DEFAULT_SERVER_PORT).to_string());
+    }
+    let (host, port) = match a.rsplit_once(':') {
+        Some((h, p)) => (
+            h,
+            p.parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(|| format!("bad port {p:?}"))?,
+        ),
+        None => (a, DEFAULT_SERVER_PORT),
+    };
+    let valid = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+    if !valid {
+        return Err(format!("{host:?} is not a host name"));
+    }
+    Ok(format!("{}:{port}", host.to_ascii_lowercase()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+        auth_tokens = ["0123456789abcdef"]
+        [modules.mtu]
+        check = "mtu"
+        [modules.tp]
+        check = "throughput"
+        time = "2s"
+        [modules.idle]
+        check = "idle"
+        idle_max = "30s"
+        resolution = "1s"
+        [[targets]]
+        address = "Server.Example.net"
+        modules = ["mtu", "tp"]
+        [[targets]]
+        address = "203.0.113.10:7300"
+        modules = ["idle"]
+    "#;
+
+    #[test]
+    fn targets_are_allowed_only_for_their_modules() {
+        let c = Config::parse(GOOD).unwrap();
+        assert!(c.allowed("server.example.net:7224", "mtu").is_some());
+        assert!(c.allowed("SERVER.example.net", "tp").is_some());
+        assert!(c.allowed("server.example.net", "idle").is_none());
+        assert!(c.allowed("203.0.113.10:7300", "idle").is_some());
+        assert!(c.allowed("203.0.113.10", "idle").is_none(), "other port");
+        assert!(c.allowed("198.51.100.1", "mtu").is_none());
+        assert!(c.allowed("server.example.net/evil", "mtu").is_none());
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+        assert!(
+            matches!(c.modules["tp"], Check::Throughput { time, .. } if time == Duration::from_secs(2))
+        );
+    }
+
+    #[test]
+    fn mistakes_name_the_field() {
+        for (text, says) in [
+            ("[modules.x]\ncheck = \"dns\"", "modules.x.check"),
+            (
+                "[modules.x]\ncheck = \"mtu\"\ntime = \"5s\"",
+                "modules.x.time",
+            ),
+            (
+                "[modules.x]\ncheck = \"throughput\"\ntime = \"5 parsecs\"",
+                "modules.x.time",
+            ),
+            ("[[targets]]\naddress = \"a\"\nmodules = [\"nope\"]", "nope"),
+            ("listen = \"everywhere\"", "listen"),
+            ("auth_tokens = [\"short\"]", "auth_tokens"),
+            ("colour = \"blue\"", "colour"),
+            (
+                "[[targets]]\naddress = \"a:99999\"\nmodules = []",
+                "bad port",
+            ),
+            ("max_concurrent_probes = 0", "max_concurrent_probes"),
+        ] {
+            let e = Config::parse(text).unwrap_err();
+            assert!(e.contains(says), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn idle_monitors_are_bounded() {
+        let mut text = String::from("max_idle_targets = 2\n[modules.idle]\ncheck = \"idle\"\n");
+        for i in 0..3 {
+            text.push_str(&format!(
+                "[[targets]]\naddress = \"10.0.0.{i}\"\nmodules = [\"idle\"]\n"
+            ));
+        }
+        assert!(Config::parse(&text)
+            .unwrap_err()
+            .contains("max_idle_targets"));
+    }
+}

@@ -1,0 +1,369 @@
+//! The HTML page: verdicts with evidence and fixes, the path, the plots and the embedded JSON.
+//! Everything is inline (CSS, SVG, data); a Content-Security-Policy forbids the page any fetch.
+
+use std::fmt::Write;
+
+use pathdoc_core::{Finding, Report, Status};
+
+use crate::path::PathInfo;
+use crate::plot::{hex, Body, Figure, Mark, Series};
+
+const CSS: &str = include_str!("style.css");
+
+/// Escape text for HTML element content and attribute values.
+pub fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The whole page.
+pub fn page(report: &Report, figures: &[Figure], path: &PathInfo) -> String {
+    let mut s = String::with_capacity(64 * 1024);
+    let _ = write!(
+        s,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\n\
+         <meta name=\"generator\" content=\"pathdoc {}\">\n<title>pathdoc {}: {} — {}</title>\n<style>\n{CSS}</style>\n</head>\n<body>\n",
+        esc(&report.pathdoc_version),
+        esc(&report.command),
+        esc(&report.target),
+        overall_line(report).0.to_uppercase()
+    );
+    // Overview first (verdicts, path, pictures), then each finding's evidence and fixes.
+    header(&mut s, report);
+    verdicts(&mut s, report);
+    path_section(&mut s, path);
+    plots(&mut s, figures);
+    details(&mut s, report);
+    footer(&mut s, report);
+    s.push_str("</body>\n</html>\n");
+    s
+}
+
+fn status_class(status: Status) -> &'static str {
+    match status {
+        Status::Pass => "pass",
+        Status::Info => "info",
+        Status::Inconclusive => "inconclusive",
+        Status::Warn => "warn",
+        Status::Fail => "fail",
+    }
+}
+
+fn badge(status: Status) -> String {
+    format!(
+        "<span class=\"badge {}\">{}</span>",
+        status_class(status),
+        status.label()
+    )
+}
+
+/// The overall verdict in words, as the text output's last line says it.
+pub fn overall_words(status: Status) -> &'static str {
+    match status {
+        Status::Pass | Status::Info => "no problem found",
+        Status::Warn => "works, but below recommendation",
+        Status::Fail => "problem found",
+        Status::Inconclusive => "not decided: see the reasons below",
+    }
+}
+
+/// The overall line: like the text output's last line, interrupted and could-not-run runs say so
+/// instead of a status.
+fn overall_line(report: &Report) -> (&'static str, String, &'static str) {
+    if report.interrupted {
+        return (
+            "interrupted",
+            "<span class=\"badge inconclusive\">INTERRUPTED</span>".into(),
+            "partial results: the run was stopped before it finished",
+        );
+    }
+    if report.could_not_run() {
+        return (
+            "could-not-run",
+            "<span class=\"badge inconclusive\">COULD NOT RUN</span>".into(),
+            "no check could run; the findings say why",
+        );
+    }
+    let overall = report.overall();
+    (
+        status_class(overall),
+        badge(overall),
+        overall_words(overall),
+    )
+}
+
+fn header(s: &mut String, report: &Report) {
+    let (class, badge_html, words) = overall_line(report);
+    let _ = write!(
+        s,
+        "<header>\n<h1>pathdoc {} <span class=\"target\">{}</span></h1>\n\
+         <p class=\"overall\" id=\"overall\" data-status=\"{}\">{} {}</p>\n\
+         <p class=\"meta\">pathdoc {} · schema {} · {} finding{}</p>\n</header>\n",
+        esc(&report.command),
+        esc(&report.target),
+        class,
+        badge_html,
+        words,
+        esc(&report.pathdoc_version),
+        esc(&report.schema),
+        report.findings.len(),
+        if report.findings.len() == 1 { "" } else { "s" }
+    );
+}
+
+fn verdicts(s: &mut String, report: &Report) {
+    s.push_str("<section id=\"verdicts\">\n<h2>Verdicts</h2>\n");
+    if report.findings.is_empty() {
+        s.push_str("<p>No findings: no check produced a verdict.</p>\n</section>\n");
+        return;
+    }
+    s.push_str(
+        "<table class=\"summary\">\n<thead><tr><th>status</th><th>check</th><th>finding</th>\
+         <th>direction</th><th>hop</th></tr></thead>\n<tbody>\n",
+    );
+    for (i, f) in report.findings.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "<tr><td>{}</td><td>{}</td><td><a href=\"#finding-{i}\">{}</a></td><td>{}</td><td>{}</td></tr>",
+            badge(f.status),
+            esc(&f.check),
+            esc(&f.title),
+            f.direction.map(|d| d.arrow()).unwrap_or("—"),
+            f.hop.map(|h| h.to_string()).unwrap_or_else(|| "—".into()),
+        );
+    }
+    s.push_str("</tbody>\n</table>\n</section>\n");
+}
+
+fn details(s: &mut String, report: &Report) {
+    if report.findings.is_empty() {
+        return;
+    }
+    s.push_str("<section id=\"details\">\n<h2>Findings in detail: evidence and fixes</h2>\n");
+    for (i, f) in report.findings.iter().enumerate() {
+        finding(s, i, f);
+    }
+    s.push_str("</section>\n");
+}
+
+fn finding(s: &mut String, i: usize, f: &Finding) {
+    let _ = write!(
+        s,
+        "<article class=\"finding {}\" id=\"finding-{i}\" data-check=\"{}\" data-id=\"{}\" data-status=\"{}\">\n\
+         <h3>{} <span class=\"check\">{}:</span> <span class=\"title\">{}</span></h3>\n",
+        status_class(f.status),
+        esc(&f.check),
+        esc(&f.id),
+        status_class(f.status),
+        badge(f.status),
+        esc(&f.check),
+        esc(&f.title)
+    );
+    if !f.summary.is_empty() {
+        let _ = writeln!(s, "<p class=\"summary\">{}</p>", esc(&f.summary));
+    }
+    if let Some(req) = &f.requirement {
+        let _ = writeln!(
+            s,
+            "<p class=\"requirement\"><strong>Requirement:</strong> {}</p>",
+            esc(req)
+        );
+    }
+    if !f.evidence.is_empty() {
+        s.push_str("<table class=\"evidence\">\n<thead><tr><th>measured</th><th>value</th><th>how</th></tr></thead>\n<tbody>\n");
+        for e in &f.evidence {
+            let _ = writeln!(
+                s,
+                "<tr><td>{}</td><td class=\"value\">{}</td><td>{}</td></tr>",
+                esc(&e.name),
+                esc(&e.value.to_string()),
+                esc(e.detail.as_deref().unwrap_or(""))
+            );
+        }
+        s.push_str("</tbody>\n</table>\n");
+    }
+    if !f.remedies.is_empty() {
+        s.push_str("<div class=\"fixes\">\n<h4>Fix</h4>\n<ol>\n");
+        for r in &f.remedies {
+            s.push_str("<li>");
+            if let Some(h) = &r.host {
+                let _ = write!(
+                    s,
+                    "<strong class=\"host\">{}</strong>: ",
+                    esc(&h.to_string())
+                );
+            }
+            s.push_str(&esc(&r.description));
+            if let Some(c) = &r.command {
+                let _ = write!(s, "\n<pre><code>{}</code></pre>", esc(c));
+            }
+            s.push_str("</li>\n");
+        }
+        s.push_str("</ol>\n</div>\n");
+    }
+    s.push_str("</article>\n");
+}
+
+fn path_section(s: &mut String, path: &PathInfo) {
+    s.push_str("<section id=\"path\">\n<h2>The path</h2>\n");
+    s.push_str(
+        "<table class=\"path\">\n<thead><tr><th>hop</th><th>address</th><th>what it looks like</th>\
+         <th>what the checks saw there</th></tr></thead>\n<tbody>\n",
+    );
+    let _ = writeln!(
+        s,
+        "<tr><td>client</td><td>{}</td><td>this computer</td><td></td></tr>",
+        path.client_public
+            .as_deref()
+            .map(|a| format!(
+                "{} <span class=\"note\">(as the server saw it)</span>",
+                esc(a)
+            ))
+            .unwrap_or_else(|| "—".into())
+    );
+    for h in &path.hops {
+        let _ = writeln!(
+            s,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            h.hop,
+            if h.addrs.is_empty() {
+                "no answer".to_string()
+            } else {
+                h.addrs
+                    .iter()
+                    .map(|a| esc(a))
+                    .collect::<Vec<_>>()
+                    .join("<br>")
+            },
+            esc(h.kind().unwrap_or("unknown")),
+            h.notes
+                .iter()
+                .map(|n| esc(n))
+                .collect::<Vec<_>>()
+                .join("<br>")
+        );
+    }
+    let _ = writeln!(
+        s,
+        "<tr><td>server</td><td>{}</td><td>pathdoc server</td><td></td></tr>",
+        esc(&path.server)
+    );
+    s.push_str("</tbody>\n</table>\n");
+    if path.hops.is_empty() {
+        s.push_str(
+            "<p class=\"note\">No hop was discovered in this run (the MTU and idle checks trace the routers).</p>\n",
+        );
+    }
+    s.push_str("</section>\n");
+}
+
+fn plots(s: &mut String, figures: &[Figure]) {
+    s.push_str("<section id=\"plots\">\n<h2>Measurements</h2>\n");
+    if figures.is_empty() {
+        s.push_str("<p class=\"note\">This report holds no raw measurements to plot.</p>\n");
+    }
+    for f in figures {
+        figure(s, f);
+    }
+    s.push_str("</section>\n");
+}
+
+fn figure(s: &mut String, f: &Figure) {
+    match &f.body {
+        Body::Missing(why) => {
+            let _ = write!(
+                s,
+                "<figure class=\"plot missing\" id=\"plot-{id}\" data-plot=\"{id}\" data-series=\"0\">\n\
+                 <h3>{}</h3>\n<p class=\"missing\">No plot: {}</p>\n</figure>\n",
+                esc(&f.title),
+                esc(why),
+                id = esc(&f.id),
+            );
+        }
+        Body::Svg { svg, legend } => {
+            let _ = write!(
+                s,
+                "<figure class=\"plot\" id=\"plot-{id}\" data-plot=\"{id}\" data-series=\"{}\">\n<h3>{}</h3>\n{}\n<ul class=\"legend\">\n",
+                legend.len(),
+                esc(&f.title),
+                svg.replacen("<svg ", "<svg class=\"chart\" role=\"img\" ", 1),
+                id = esc(&f.id),
+            );
+            for series in legend {
+                legend_entry(s, series);
+            }
+            s.push_str("</ul>\n");
+            if !f.caption.is_empty() {
+                let _ = writeln!(s, "<figcaption>{}</figcaption>", esc(&f.caption));
+            }
+            s.push_str("</figure>\n");
+        }
+    }
+}
+
+fn legend_entry(s: &mut String, series: &Series) {
+    let c = hex(series.color);
+    let swatch = match series.mark {
+        Mark::Line => format!(
+            "<line x1=\"1\" y1=\"7\" x2=\"23\" y2=\"7\" stroke=\"{c}\" stroke-width=\"2\"/>"
+        ),
+        Mark::Dot => format!("<circle cx=\"12\" cy=\"7\" r=\"5\" fill=\"{c}\"/>"),
+        Mark::Cross => {
+            format!("<path d=\"M8 3L16 11M16 3L8 11\" stroke=\"{c}\" stroke-width=\"2\"/>")
+        }
+        Mark::Triangle => format!("<path d=\"M12 1L18 12H6Z\" fill=\"{c}\"/>"),
+        Mark::Band | Mark::Bar => {
+            format!("<rect x=\"3\" y=\"2\" width=\"18\" height=\"10\" fill=\"{c}\"/>")
+        }
+    };
+    let _ = writeln!(
+        s,
+        "<li data-color=\"{c}\"><svg class=\"swatch\" width=\"24\" height=\"14\" viewBox=\"0 0 24 14\">{swatch}</svg>{}</li>",
+        esc(&series.label)
+    );
+}
+
+fn footer(s: &mut String, report: &Report) {
+    let json = serde_json::to_string(report).unwrap_or_else(|_| "{}".into());
+    // Inside <script> the HTML parser still reacts to "</script" and "<!--": escape every
+    // markup character as a JSON \u escape (same string once parsed).
+    let json = json
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026");
+    let _ = write!(
+        s,
+        "<footer>\n<p>Made by pathdoc {}. Rates are bits per second with SI prefixes \
+         (1 Mbit/s = 10<sup>6</sup> bit/s), goodput is TCP payload; sizes are bytes with IEC prefixes \
+         (1 MiB = 2<sup>20</sup> B). The complete JSON report (schema {}) is embedded in this file: \
+         <code>pathdoc report THIS.html</code> prints it as text.</p>\n</footer>\n\
+         <script type=\"application/json\" id=\"pathdoc-report\">{json}</script>\n",
+        esc(&report.pathdoc_version),
+        esc(&report.schema),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup_and_quotes() {
+        assert_eq!(
+            esc("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+    }
+}

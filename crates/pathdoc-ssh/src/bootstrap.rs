@@ -1,0 +1,616 @@
+//! `--ssh`: run the checks against a temporary `pathdoc server` started over SSH, so nothing has
+//! to be installed on the far end first.
+//!
+//! Phases, each one `ssh` with a deadline:
+//! 1. **probe** — a small POSIX `sh` script reports the far end's `uname -m`/`uname -s`, its
+//!    cache directory (`${XDG_CACHE_HOME:-$HOME/.cache}/pathdoc`), a `pathdoc` on its PATH and
+//!    its version, and the checksum of a cached copy;
+//! 2. **binary** — use a `pathdoc` of the same version there, or our own cached copy (same
+//!    SHA-256), or copy this binary (same architecture only) into the cache: written to a fresh
+//!    temp name (`set -C`), checksum-verified there, then hard-linked into place so an existing
+//!    file is never overwritten, and run once (`--version`) to prove it works there;
+//! 3. **server** — `pathdoc server --listen 0.0.0.0:0 --auth-token-stdin --exit-on-stdin-eof
+//!    --ready-line`: the random token goes over stdin (never on a command line `ps` shows), the
+//!    server prints its ephemeral port, and exits when its stdin — the SSH channel — closes;
+//! 4. **reach** — a TCP connection from here to that port, or [`SshError::PortBlocked`].
+//!
+//! [`RemoteServer`] closes the channel when dropped; the local `ssh` dies with pathdoc
+//! (`PR_SET_PDEATHSIG`), so even a SIGKILLed pathdoc leaves no server behind.
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::process::{Child, ChildStdin, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use pathdoc_core::Progress;
+use sha2::{Digest, Sha256};
+
+use crate::dest::{ResolvedConfig, SshDest};
+use crate::error::SshError;
+use crate::process::{self, tail};
+
+/// This build's version: a far-end `pathdoc` is used only if it reports exactly this.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// What the server prints on stdout once it listens: `pathdoc-server-ready ADDR`.
+pub const READY_PREFIX: &str = "pathdoc-server-ready ";
+
+/// How to bootstrap.
+#[derive(Debug, Clone)]
+pub struct BootstrapOptions {
+    /// TCP/UDP port of the temporary server; 0 lets the far end's kernel pick one.
+    pub server_port: u16,
+    /// Also serve the SSH evidence service (TCP_INFO and CPU of the far end's sshd), for
+    /// `pathdoc ssh`.
+    pub ssh_evidence: bool,
+    /// Deadline of each phase (the copy gets more, scaled by size).
+    pub step_timeout: Duration,
+}
+
+impl Default for BootstrapOptions {
+    fn default() -> Self {
+        BootstrapOptions {
+            server_port: 0,
+            ssh_evidence: false,
+            step_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Where the far end's pathdoc came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BinarySource {
+    /// A `pathdoc` of the same version on the far end's PATH.
+    Installed,
+    /// Our own copy from an earlier run, checksum matching.
+    Cached,
+    /// Copied by this run.
+    Copied,
+}
+
+/// What the probe learned about the far end.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+pub struct RemoteFacts {
+    pub arch: String,
+    pub os: String,
+    pub cache_dir: String,
+    /// `$SSH_CONNECTION` as the far end saw the probe: client ip, client port, server ip, port.
+    pub ssh_connection: String,
+    pub pathdoc_on_path: Option<String>,
+    pub pathdoc_on_path_version: Option<String>,
+    pub cached: Option<String>,
+    pub cached_sha256: Option<String>,
+    pub hash_tool: Option<String>,
+}
+
+impl RemoteFacts {
+    fn parse(text: &str) -> Self {
+        let mut f = RemoteFacts::default();
+        for line in text.lines() {
+            let Some((k, v)) = line.split_once('=') else {
+                continue;
+            };
+            let v = v.trim().to_string();
+            let opt = || (!v.is_empty()).then(|| v.clone());
+            match k.trim() {
+                "arch" => f.arch = v.clone(),
+                "os" => f.os = v.clone(),
+                "cache" => f.cache_dir = v.clone(),
+                "conn" => f.ssh_connection = v.clone(),
+                "path" => f.pathdoc_on_path = opt(),
+                "path_version" => f.pathdoc_on_path_version = opt(),
+                "cached" => f.cached = opt(),
+                "cached_sum" => f.cached_sha256 = opt(),
+                "hash" => f.hash_tool = opt(),
+                _ => {}
+            }
+        }
+        f
+    }
+}
+
+/// A running temporary server on the far end. Dropping it closes its SSH channel, which stops
+/// the server; [`RemoteServer::stop`] does the same and waits for it.
+pub struct RemoteServer {
+    /// Where to connect to it from here.
+    pub addr: SocketAddr,
+    /// Its auth token (pass as the client's `--auth-token`).
+    pub token: String,
+    pub facts: RemoteFacts,
+    pub source: BinarySource,
+    /// The binary it runs, on the far end.
+    pub remote_binary: String,
+    dest: String,
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+    stderr: Option<std::thread::JoinHandle<String>>,
+}
+
+impl std::fmt::Debug for RemoteServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteServer")
+            .field("addr", &self.addr)
+            .field("dest", &self.dest)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteServer {
+    /// Whether the SSH session (and so the server) is still up.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Close the channel and wait (up to 10 s) for the far end to stop; returns what the server
+    /// and ssh printed on stderr.
+    pub fn stop(mut self) -> String {
+        self.shutdown(Duration::from_secs(10))
+    }
+
+    fn shutdown(&mut self, patience: Duration) -> String {
+        drop(self.stdin.take()); // EOF on the server's stdin: it exits, then ssh does
+        if let Some(mut child) = self.child.take() {
+            if process::wait_deadline(&mut child, patience).is_none() {
+                tracing::warn!(dest = %self.dest, "ssh to the temporary server did not exit; killed");
+            }
+        }
+        self.stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for RemoteServer {
+    fn drop(&mut self) {
+        self.shutdown(Duration::from_secs(5));
+    }
+}
+
+/// The far end's view of the architecture names std uses.
+fn same_arch(remote_uname_m: &str) -> bool {
+    let local = std::env::consts::ARCH;
+    let remote = match remote_uname_m {
+        "arm64" | "aarch64_be" => "aarch64",
+        "i386" | "i486" | "i586" | "i686" => "x86",
+        "amd64" => "x86_64",
+        r if r.starts_with("armv") => "arm",
+        r => r,
+    };
+    local == remote
+}
+
+/// Characters a remote path may have to be put in double quotes in a shell script safely.
+fn shell_safe(path: &str) -> bool {
+    !path.is_empty()
+        && path.starts_with('/')
+        && !path
+            .chars()
+            .any(|c| matches!(c, '"' | '$' | '`' | '\\' | '\'' | '\n' | '\r' | '!'))
+}
+
+/// The remote command: run `script` under `/bin/sh` whatever the login shell is.
+fn sh(script: &str) -> String {
+    debug_assert!(!script.contains('\''));
+    format!("exec /bin/sh -c '{script}'")
+}
+
+const HASH_FN: &str =
+    "h() { if command -v sha256sum >/dev/null 2>&1; then sha256sum; else shasum -a 256; fi; };";
+
+/// Name of our copy in the far end's cache: version, architecture and checksum prefix, so two
+/// builds never share a file.
+pub fn cached_name(sha256: &str) -> String {
+    format!(
+        "pathdoc-{VERSION}-{}-{}",
+        std::env::consts::ARCH,
+        &sha256[..16.min(sha256.len())]
+    )
+}
+
+fn probe_script(name: &str) -> String {
+    format!(
+        "{HASH_FN} echo arch=$(uname -m); echo os=$(uname -s); \
+         c=${{XDG_CACHE_HOME:-$HOME/.cache}}/pathdoc; echo cache=$c; echo conn=$SSH_CONNECTION; \
+         p=$(command -v pathdoc 2>/dev/null) && echo path=$p && echo path_version=$(\"$p\" --version 2>/dev/null); \
+         f=$c/{name}; if [ -e \"$f\" ]; then echo cached=$f; echo cached_sum=$(h < \"$f\" 2>/dev/null | cut -d\" \" -f1); fi; \
+         for t in sha256sum shasum; do command -v $t >/dev/null 2>&1 && echo hash=$t && break; done; echo end=1"
+    )
+}
+
+/// The local binary and its checksum.
+struct LocalBinary {
+    bytes: Vec<u8>,
+    sha256: String,
+}
+
+fn local_binary() -> Result<LocalBinary, SshError> {
+    let exe = std::env::current_exe().map_err(|source| SshError::Io {
+        context: "locating this pathdoc binary".into(),
+        source,
+    })?;
+    let bytes = std::fs::read(&exe).map_err(|source| SshError::Io {
+        context: format!("reading {}", exe.display()),
+        source,
+    })?;
+    let sha256 = hex(&Sha256::digest(&bytes));
+    Ok(LocalBinary { bytes, sha256 })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Phase 1.
+pub fn probe(dest: &SshDest, name: &str, deadline: Duration) -> Result<RemoteFacts, SshError> {
+    let run = dest.run_remote(&["-T"], &sh(&probe_script(name)), None, deadline)?;
+    if !run.success || !run.stdout.contains("end=1") {
+        return Err(process::classify(dest, &run, "probing the far end"));
+    }
+    Ok(RemoteFacts::parse(&run.stdout))
+}
+
+/// Phase 2: the binary the server will run, and where it came from.
+fn choose_binary(
+    dest: &SshDest,
+    facts: &RemoteFacts,
+    local: &LocalBinary,
+    progress: &dyn Progress,
+    deadline: Duration,
+) -> Result<(String, BinarySource), SshError> {
+    let ours = format!("pathdoc {VERSION}");
+    if facts.os != "Linux" {
+        return Err(SshError::ArchMismatch {
+            dest: dest.destination.clone(),
+            remote: format!("{} {}", facts.os, facts.arch),
+            local: format!("Linux {}", std::env::consts::ARCH),
+            version: VERSION.into(),
+        });
+    }
+    if let (Some(path), Some(v)) = (&facts.pathdoc_on_path, &facts.pathdoc_on_path_version) {
+        if v.trim() == ours && shell_safe(path) {
+            return Ok((path.clone(), BinarySource::Installed));
+        }
+    }
+    if !same_arch(&facts.arch) {
+        return Err(SshError::ArchMismatch {
+            dest: dest.destination.clone(),
+            remote: format!("{} {}", facts.os, facts.arch),
+            local: format!("Linux {}", std::env::consts::ARCH),
+            version: VERSION.into(),
+        });
+    }
+    if !shell_safe(&facts.cache_dir) {
+        return Err(SshError::Copy {
+            dest: dest.destination.clone(),
+            detail: format!(
+                "the far end's cache directory {:?} is not an absolute path pathdoc can quote safely",
+                facts.cache_dir
+            ),
+        });
+    }
+    let target = format!("{}/{}", facts.cache_dir, cached_name(&local.sha256));
+    if let Some(found) = &facts.cached {
+        let sum = facts.cached_sha256.clone().unwrap_or_default();
+        if sum == local.sha256 {
+            return Ok((found.clone(), BinarySource::Cached));
+        }
+        return Err(SshError::ForeignFile {
+            dest: dest.destination.clone(),
+            path: found.clone(),
+            found: if sum.is_empty() {
+                "unreadable".into()
+            } else {
+                sum
+            },
+            expected: local.sha256.clone(),
+        });
+    }
+    if facts.hash_tool.is_none() {
+        return Err(SshError::Copy {
+            dest: dest.destination.clone(),
+            detail: "neither sha256sum nor shasum exists there, so the copy cannot be verified; install coreutils or pathdoc itself".into(),
+        });
+    }
+    progress.status(&format!(
+        "ssh: copying pathdoc ({}) to {}:{}",
+        pathdoc_core::units::format_bytes(local.bytes.len() as u64),
+        dest.destination,
+        facts.cache_dir
+    ));
+    copy_binary(dest, facts, local, &target, deadline)?;
+    Ok((target, BinarySource::Copied))
+}
+
+fn copy_binary(
+    dest: &SshDest,
+    facts: &RemoteFacts,
+    local: &LocalBinary,
+    target: &str,
+    deadline: Duration,
+) -> Result<(), SshError> {
+    let script = format!(
+        "{HASH_FN} set -e; umask 077; c=\"{cache}\"; mkdir -p \"$c\"; t=\"$c/.upload-$$\"; set -C; cat > \"$t\"; set +C; \
+         s=$(h < \"$t\" | cut -d\" \" -f1); \
+         if [ \"$s\" != \"{sum}\" ]; then rm -f \"$t\"; echo \"checksum-mismatch $s\"; exit 3; fi; \
+         chmod 700 \"$t\"; if ln \"$t\" \"{target}\" 2>/dev/null; then rm -f \"$t\"; else rm -f \"$t\"; echo exists; exit 4; fi; \
+         if v=$(\"{target}\" --version 2>&1); then echo \"version=$v\"; else rm -f \"{target}\"; echo \"does-not-run $v\"; exit 5; fi",
+        cache = facts.cache_dir,
+        sum = local.sha256,
+    );
+    // Room for a slow uplink: at least 1 Mbit/s for the binary on top of the step deadline.
+    let budget = deadline + Duration::from_secs(local.bytes.len() as u64 * 8 / 1_000_000);
+    let run = dest.run_remote(&["-T"], &sh(&script), Some(&local.bytes), budget)?;
+    let out = run.stdout.trim();
+    let fail = |detail: String| SshError::Copy {
+        dest: dest.destination.clone(),
+        detail,
+    };
+    match run.code {
+        Some(0) if out.contains(&format!("version=pathdoc {VERSION}")) => Ok(()),
+        Some(0) => Err(fail(format!("the copy answered {out:?} to --version"))),
+        Some(3) => Err(fail(format!(
+            "the checksum on the far end differs from this binary's ({out}); the transfer was corrupted"
+        ))),
+        Some(4) => Err(SshError::ForeignFile {
+            dest: dest.destination.clone(),
+            path: target.to_string(),
+            found: "(appeared during the copy)".into(),
+            expected: local.sha256.clone(),
+        }),
+        Some(5) => Err(fail(format!(
+            "the copied binary does not run there ({}); install pathdoc {VERSION} on the far end (a build for its C library), then retry",
+            out.trim_start_matches("does-not-run").trim()
+        ))),
+        _ => Err(process::classify(dest, &run, "copying pathdoc")),
+    }
+}
+
+/// Start the temporary server on `dest` and prove it is reachable from here.
+///
+/// Call from a thread that outlives the returned server (the main thread): the local `ssh` is
+/// tied to the calling thread's life (see [`crate::process`]).
+pub fn bootstrap(
+    dest: &SshDest,
+    opts: &BootstrapOptions,
+    progress: &dyn Progress,
+) -> Result<RemoteServer, SshError> {
+    progress.status(&format!("ssh: connecting to {}", dest.destination));
+    let config = dest.resolve_config()?;
+    let ips = config.addresses()?;
+    let ip = *ips.first().ok_or_else(|| SshError::Connect {
+        dest: dest.destination.clone(),
+        detail: format!("{} resolves to no address", config.hostname),
+    })?;
+    // The probe looks for the checksum-named file of *this* binary, so hash first.
+    let local = local_binary()?;
+    let facts = probe(dest, &cached_name(&local.sha256), opts.step_timeout)?;
+    let (binary, source) = choose_binary(dest, &facts, &local, progress, opts.step_timeout)?;
+    progress.status(&format!(
+        "ssh: starting pathdoc server on {}",
+        dest.destination
+    ));
+    let mut server = start_server(dest, &binary, ip, opts)?;
+    server.facts = facts;
+    server.source = source;
+    check_reachable(dest, &config, &mut server)?;
+    Ok(server)
+}
+
+fn start_server(
+    dest: &SshDest,
+    binary: &str,
+    ip: IpAddr,
+    opts: &BootstrapOptions,
+) -> Result<RemoteServer, SshError> {
+    let listen = match ip {
+        IpAddr::V4(_) => format!("0.0.0.0:{}", opts.server_port),
+        IpAddr::V6(_) => format!("[::]:{}", opts.server_port),
+    };
+    let evidence = if opts.ssh_evidence {
+        " --ssh-evidence"
+    } else {
+        ""
+    };
+    let script = format!(
+        "exec \"{binary}\" server --listen {listen} --auth-token-stdin --exit-on-stdin-eof --ready-line{evidence}"
+    );
+    let mut args: Vec<OsString> = dest.option_args();
+    for a in [
+        "-T",
+        "-o",
+        "ServerAliveInterval=10",
+        "-o",
+        "ServerAliveCountMax=3",
+        "--",
+    ] {
+        args.push(a.into());
+    }
+    args.push(dest.destination.clone().into());
+    args.push(sh(&script).into());
+    let mut cmd = process::command(dest, &args);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = process::spawn(cmd)?;
+    let token = random_token();
+    let mut stdin = child.stdin.take();
+    if let Some(pipe) = stdin.as_mut() {
+        // Small: fits the pipe buffer, so this never blocks on a far end that is slow to start.
+        let _ = pipe.write_all(format!("{token}\n").as_bytes());
+        let _ = pipe.flush();
+    }
+    let stderr = process::drain(child.stderr.take());
+    let (tx, rx) = mpsc::channel();
+    if let Some(out) = child.stdout.take() {
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if let Some(addr) = line.trim().strip_prefix(READY_PREFIX) {
+                    let _ = tx.send(addr.trim().to_string());
+                }
+            }
+        });
+    }
+    let mut server = RemoteServer {
+        addr: SocketAddr::new(ip, 0),
+        token,
+        facts: RemoteFacts::default(),
+        source: BinarySource::Installed,
+        remote_binary: binary.to_string(),
+        dest: dest.destination.clone(),
+        child: Some(child),
+        stdin,
+        stderr: Some(stderr),
+    };
+    let deadline = Instant::now() + opts.step_timeout;
+    let announced = loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(addr) => break addr,
+            Err(mpsc::RecvTimeoutError::Timeout)
+                if Instant::now() < deadline && server.is_running() => {}
+            Err(_) => {
+                let running = server.is_running();
+                let text = server.shutdown(Duration::from_secs(2));
+                let detail = if running {
+                    format!("it printed no ready line within {:?}", opts.step_timeout)
+                } else {
+                    format!("it exited: {}", tail(&text))
+                };
+                return Err(SshError::ServerStart {
+                    dest: dest.destination.clone(),
+                    detail,
+                });
+            }
+        }
+    };
+    let port = announced
+        .parse::<SocketAddr>()
+        .map(|a| a.port())
+        .map_err(|_| SshError::ServerStart {
+            dest: dest.destination.clone(),
+            detail: format!("unreadable ready line {announced:?}"),
+        })?;
+    server.addr.set_port(port);
+    Ok(server)
+}
+
+fn random_token() -> String {
+    use rand::RngCore;
+    let mut raw = [0u8; 24];
+    rand::thread_rng().fill_bytes(&mut raw);
+    hex(&raw)
+}
+
+/// Phase 4: a TCP connection from here to the server's port (two tries, 5 s each).
+fn check_reachable(
+    dest: &SshDest,
+    config: &ResolvedConfig,
+    server: &mut RemoteServer,
+) -> Result<(), SshError> {
+    let mut last = String::new();
+    for _ in 0..2 {
+        match TcpStream::connect_timeout(&server.addr, Duration::from_secs(5)) {
+            Ok(_) => return Ok(()),
+            Err(e) => last = e.to_string(),
+        }
+    }
+    let proxied = if config.proxied {
+        format!(
+            ". Note: {} is reached through a ProxyJump/ProxyCommand, so it may not be directly reachable from here at all",
+            dest.destination
+        )
+    } else {
+        String::new()
+    };
+    Err(SshError::PortBlocked {
+        dest: dest.destination.clone(),
+        addr: server.addr,
+        port: server.addr.port(),
+        detail: last,
+        proxied,
+    })
+}
+
+/// What `--ssh-clean` removed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CleanReport {
+    pub cache_dir: String,
+    pub removed: u64,
+}
+
+/// Remove pathdoc's cached copies (`pathdoc-<version>-<arch>-<sum>` and interrupted uploads)
+/// from the far end's cache directory, and the directory if that leaves it empty.
+pub fn clean(dest: &SshDest, deadline: Duration) -> Result<CleanReport, SshError> {
+    let script = "c=${XDG_CACHE_HOME:-$HOME/.cache}/pathdoc; n=0; \
+                  for f in \"$c\"/pathdoc-*-*-* \"$c\"/.upload-*; do if [ -f \"$f\" ] && rm -f \"$f\"; then n=$((n+1)); fi; done; \
+                  rmdir \"$c\" 2>/dev/null; echo cache=$c; echo removed=$n";
+    let run = dest.run_remote(&["-T"], &sh(script), None, deadline)?;
+    if !run.success {
+        return Err(process::classify(
+            dest,
+            &run,
+            "removing cached pathdoc copies",
+        ));
+    }
+    let mut report = CleanReport {
+        cache_dir: String::new(),
+        removed: 0,
+    };
+    for line in run.stdout.lines() {
+        if let Some(c) = line.strip_prefix("cache=") {
+            report.cache_dir = c.to_string();
+        } else if let Some(n) = line.strip_prefix("removed=") {
+            report.removed = n.trim().parse().unwrap_or(0);
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripts_survive_single_quoting() {
+        let s = probe_script("pathdoc-0.1.0-x86_64-0123456789abcdef");
+        assert!(!s.contains('\''), "{s}");
+        assert!(sh("echo hi").starts_with("exec /bin/sh -c 'echo hi'"));
+    }
+
+    #[test]
+    fn probe_output_parses() {
+        let f = RemoteFacts::parse(
+            "arch=x86_64\nos=Linux\ncache=/home/a/.cache/pathdoc\nconn=192.0.2.1 5000 203.0.113.10 22\npath=\ncached=/home/a/.cache/pathdoc/x\ncached_sum=abc\nhash=sha256sum\nend=1\n",
+        );
+        assert_eq!(f.arch, "x86_64");
+        assert_eq!(f.pathdoc_on_path, None);
+        assert_eq!(f.cached.as_deref(), Some("/home/a/.cache/pathdoc/x"));
+        assert_eq!(f.hash_tool.as_deref(), Some("sha256sum"));
+    }
+
+    #[test]
+    fn architectures_and_paths() {
+        assert!(same_arch(std::env::consts::ARCH));
+        assert!(!same_arch("riscv64") || std::env::consts::ARCH == "riscv64");
+        assert!(shell_safe("/home/alice/.cache/pathdoc"));
+        assert!(shell_safe("/home/a b/.cache"));
+        for bad in ["relative", "/x/$(rm)", "/x\"y", "/a'b", "/a`b", ""] {
+            assert!(!shell_safe(bad), "{bad}");
+        }
+        let name = cached_name("0123456789abcdef0123");
+        assert_eq!(
+            name,
+            format!(
+                "pathdoc-{VERSION}-{}-0123456789abcdef",
+                std::env::consts::ARCH
+            )
+        );
+        assert_eq!(random_token().len(), 48);
+    }
+}

@@ -1,0 +1,402 @@
+//! SSH for pathdoc.
+//!
+//! - [`bootstrap`]: `--ssh [user@]host` — start a temporary `pathdoc server` on the far end over
+//!   the system's OpenSSH client and get back its address, token and a guard that stops it.
+//! - [`run`] (`pathdoc ssh host`): what caps bulk transfers over SSH. Raw TCP both ways through
+//!   the temporary server (the network's ceiling), then SSH transfers both ways for the
+//!   negotiated cipher and each of [`CANDIDATES`] both ends offer, each with evidence from both
+//!   ends ([`evidence`]), and one verdict per direction ([`analysis`]).
+//!
+//! Modules: [`dest`] (destination, `ssh -G`), [`process`] (spawning ssh: deadlines, death with
+//! the parent, error classification), [`sshlog`] (`ssh -vv` facts), [`transfer`] (one measured
+//! transfer), [`steady`] (its steady-state summary), [`evidence`] (both ends' TCP_INFO and CPU;
+//! the far end's service), [`analysis`] (verdicts), [`error`].
+//!
+//! The functions that start `ssh` children must run on a thread that outlives them (pathdoc's
+//! main thread): each child is tied to its parent thread with `PR_SET_PDEATHSIG`.
+
+pub mod analysis;
+pub mod bootstrap;
+pub mod dest;
+pub mod error;
+pub mod evidence;
+pub mod process;
+pub mod sshlog;
+pub mod steady;
+pub mod transfer;
+
+use std::time::Duration;
+
+use pathdoc_core::units::{format_byte_rate, format_rate};
+use pathdoc_core::{Finding, Progress};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+pub use analysis::FINDING_IDS;
+pub use bootstrap::{bootstrap, clean, BootstrapOptions, RemoteServer};
+pub use dest::SshDest;
+pub use error::SshError;
+pub use evidence::EvidenceService;
+pub use steady::Way;
+pub use transfer::Transfer;
+
+/// The ciphers compared besides the negotiated one (with the MAC for the non-AEAD one).
+pub const CANDIDATES: &[(&str, Option<&str>)] = &[
+    ("aes128-gcm@openssh.com", None),
+    ("aes256-gcm@openssh.com", None),
+    ("chacha20-poly1305@openssh.com", None),
+    ("aes128-ctr", Some("umac-64-etm@openssh.com")),
+];
+
+/// What `pathdoc ssh` measures.
+#[derive(Debug, Clone)]
+pub struct SshCheckOptions {
+    /// Length of each transfer (and of each raw TCP test).
+    pub duration: Duration,
+    /// Compare these ciphers instead of [`CANDIDATES`] (`cipher` or `cipher+mac`).
+    pub ciphers: Option<Vec<(String, Option<String>)>>,
+    pub bootstrap: BootstrapOptions,
+}
+
+impl Default for SshCheckOptions {
+    fn default() -> Self {
+        SshCheckOptions {
+            duration: Duration::from_secs(4),
+            ciphers: None,
+            bootstrap: BootstrapOptions {
+                ssh_evidence: true,
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// Raw TCP through the temporary server.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct RawTcp {
+    pub upload_bps: Option<f64>,
+    pub download_bps: Option<f64>,
+    /// pathdoc-speed's own verdict on each raw stream (e.g. `receive-window-limited`).
+    pub upload_limit: Option<String>,
+    pub download_limit: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+/// Everything `pathdoc ssh` measured (the JSON `data.ssh` of the report).
+#[derive(Debug, Clone, Serialize)]
+pub struct SshReport {
+    pub destination: String,
+    pub remote: bootstrap::RemoteFacts,
+    pub server_binary: Option<bootstrap::BinarySource>,
+    pub raw_tcp: RawTcp,
+    /// Ciphers this ssh supports (`ssh -Q cipher`) and the server offers (its KEXINIT).
+    pub client_ciphers: Vec<String>,
+    pub server_ciphers: Vec<String>,
+    pub transfers: Vec<Transfer>,
+    /// Ciphers not measured, and why.
+    pub skipped: Vec<(String, String)>,
+    pub interrupted: bool,
+}
+
+impl SshReport {
+    fn versions(&self) -> (Option<&str>, Option<&str>) {
+        let log = self.transfers.first().map(|t| &t.log);
+        (
+            log.and_then(|l| l.local_version.as_deref()),
+            log.and_then(|l| l.remote_version.as_deref()),
+        )
+    }
+
+    /// One verdict per direction, after the versions.
+    pub fn findings(&self, host: &str) -> Vec<Finding> {
+        let (client_version, server_version) = self.versions();
+        let mut out = vec![analysis::versions_finding(client_version, server_version)];
+        for way in [Way::Upload, Way::Download] {
+            if !self.transfers.iter().any(|t| t.way == way) {
+                continue;
+            }
+            out.push(analysis::diagnose_direction(&analysis::DirectionInput {
+                way,
+                raw_bps: match way {
+                    Way::Upload => self.raw_tcp.upload_bps,
+                    Way::Download => self.raw_tcp.download_bps,
+                },
+                raw_limit: match way {
+                    Way::Upload => self.raw_tcp.upload_limit.as_deref(),
+                    Way::Download => self.raw_tcp.download_limit.as_deref(),
+                },
+                transfers: &self.transfers,
+                host,
+                client_version,
+                server_version,
+            }));
+        }
+        out
+    }
+}
+
+/// `ssh -Q cipher` / `ssh -Q mac`: what this client supports.
+fn supported(dest: &SshDest, what: &str) -> Vec<String> {
+    process::run(
+        dest,
+        &["-Q".into(), what.into()],
+        None,
+        Duration::from_secs(10),
+    )
+    .map(|r| {
+        r.stdout
+            .lines()
+            .map(|l| l.trim().to_string())
+            .filter(|l| !l.is_empty())
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// Run the whole SSH diagnosis against `dest`. Call from the main thread, not inside
+/// `runtime`'s `block_on`.
+pub fn run(
+    dest: &SshDest,
+    opts: &SshCheckOptions,
+    runtime: &tokio::runtime::Runtime,
+    progress: &dyn Progress,
+    cancel: &CancellationToken,
+) -> Result<SshReport, SshError> {
+    let mut boot = opts.bootstrap.clone();
+    boot.ssh_evidence = true;
+    let server = bootstrap::bootstrap(dest, &boot, progress)?;
+    let mut report = SshReport {
+        destination: dest.destination.clone(),
+        remote: server.facts.clone(),
+        server_binary: Some(server.source),
+        raw_tcp: RawTcp::default(),
+        client_ciphers: supported(dest, "cipher"),
+        server_ciphers: Vec::new(),
+        transfers: Vec::new(),
+        skipped: Vec::new(),
+        interrupted: false,
+    };
+    let client_macs = supported(dest, "mac");
+    raw_tcp(&server, opts, runtime, progress, cancel, &mut report);
+    let mut evidence = runtime
+        .block_on(evidence::EvidenceClient::connect(
+            server.addr,
+            Some(server.token.clone()),
+        ))
+        .map_err(|e| {
+            progress.note(&format!(
+                "ssh: no far-end evidence ({e}); measuring the client side only"
+            ));
+            e
+        })
+        .ok();
+
+    // The default transfer first: its log says what the server offers.
+    let mut plan: Vec<(Option<String>, Option<String>)> = vec![(None, None)];
+    let measure = |way: Way,
+                   cipher: &Option<String>,
+                   mac: &Option<String>,
+                   report: &mut SshReport,
+                   evidence: &mut Option<evidence::EvidenceClient>,
+                   step: String| {
+        let label = cipher
+            .clone()
+            .unwrap_or_else(|| "the default cipher".into());
+        progress.status(&format!("ssh: {} with {label} {step}", way.label()));
+        // Size the download from the last download measured, else this cipher's upload, else
+        // raw TCP's download (the transfer is cut at 3× the duration if the guess is too big).
+        let rate_of = |t: &Transfer| t.steady.as_ref().map(|s| s.rate_bps);
+        let estimate = report
+            .transfers
+            .iter()
+            .rev()
+            .find(|t| t.way == Way::Download && t.steady.is_some())
+            .and_then(rate_of)
+            .or_else(|| {
+                report
+                    .transfers
+                    .iter()
+                    .rev()
+                    .find(|t| t.requested_cipher == *cipher && t.steady.is_some())
+                    .and_then(rate_of)
+            })
+            .or(report.raw_tcp.download_bps)
+            .unwrap_or(200e6);
+        let spec = transfer::TransferSpec {
+            way,
+            cipher: cipher.clone(),
+            mac: mac.clone(),
+            duration: opts.duration,
+            download_bytes: ((estimate / 8.0 * opts.duration.as_secs_f64()) as u64)
+                .clamp(8 << 20, 64 << 30),
+        };
+        match transfer::run(dest, &spec, evidence.as_mut(), runtime.handle(), cancel) {
+            Ok(t) => {
+                let rate = t
+                    .steady
+                    .as_ref()
+                    .map(|s| s.rate_bps)
+                    .unwrap_or(t.goodput_bps);
+                progress.note(&format!(
+                    "ssh: {} {}: {} ({}){}",
+                    way.label(),
+                    t.cipher().unwrap_or(&label),
+                    format_rate(rate),
+                    format_byte_rate(rate / 8.0),
+                    t.incomplete
+                        .as_deref()
+                        .map(|i| format!(" — {i}"))
+                        .unwrap_or_default()
+                ));
+                report.transfers.push(t);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    };
+    // The first transfer failing is fatal (nothing can be said); later ones are skipped.
+    measure(
+        Way::Upload,
+        &None,
+        &None,
+        &mut report,
+        &mut evidence,
+        "(1)".into(),
+    )?;
+    if let Some(first) = report.transfers.first() {
+        report.server_ciphers = first.log.server_ciphers.clone();
+    }
+    let negotiated = report
+        .transfers
+        .first()
+        .and_then(|t| t.cipher().map(str::to_string));
+    let server_macs = report
+        .transfers
+        .first()
+        .map(|t| t.log.server_macs.clone())
+        .unwrap_or_default();
+    let candidates: Vec<(String, Option<String>)> = opts.ciphers.clone().unwrap_or_else(|| {
+        CANDIDATES
+            .iter()
+            .map(|(c, m)| (c.to_string(), m.map(str::to_string)))
+            .collect()
+    });
+    for (cipher, mac) in candidates {
+        let offered = |list: &[String], x: &str| list.is_empty() || list.iter().any(|c| c == x);
+        if Some(&cipher) == negotiated.as_ref() && mac.is_none() {
+            continue; // measured as the default
+        }
+        if !offered(&report.client_ciphers, &cipher) {
+            report.skipped.push((
+                cipher,
+                "this ssh does not support it (ssh -Q cipher)".into(),
+            ));
+        } else if !offered(&report.server_ciphers, &cipher) {
+            report
+                .skipped
+                .push((cipher, "the server does not offer it".into()));
+        } else if mac
+            .as_ref()
+            .is_some_and(|m| !offered(&client_macs, m) || !offered(&server_macs, m))
+        {
+            report
+                .skipped
+                .push((cipher, "its MAC is not offered by both ends".into()));
+        } else {
+            plan.push((Some(cipher), mac));
+        }
+    }
+    let total = plan.len() * 2;
+    let mut step = 1;
+    for (i, (cipher, mac)) in plan.iter().enumerate() {
+        for way in [Way::Upload, Way::Download] {
+            if i == 0 && way == Way::Upload {
+                continue; // done above
+            }
+            step += 1;
+            if cancel.is_cancelled() {
+                report.interrupted = true;
+                break;
+            }
+            if let Err(e) = measure(
+                way,
+                cipher,
+                mac,
+                &mut report,
+                &mut evidence,
+                format!("({step} of {total})"),
+            ) {
+                let name = cipher.clone().unwrap_or_else(|| "default".into());
+                progress.note(&format!("ssh: {} with {name} failed: {e}", way.label()));
+                report
+                    .skipped
+                    .push((name, format!("{} failed: {e}", way.label())));
+            }
+        }
+    }
+    report.interrupted |= cancel.is_cancelled();
+    progress.status("ssh: stopping the temporary server");
+    drop(evidence);
+    let _ = server.stop();
+    Ok(report)
+}
+
+fn raw_tcp(
+    server: &RemoteServer,
+    opts: &SshCheckOptions,
+    runtime: &tokio::runtime::Runtime,
+    progress: &dyn Progress,
+    cancel: &CancellationToken,
+    report: &mut SshReport,
+) {
+    for mode in [pathdoc_speed::Mode::Upload, pathdoc_speed::Mode::Download] {
+        if cancel.is_cancelled() {
+            return;
+        }
+        let label = if mode == pathdoc_speed::Mode::Upload {
+            "upload"
+        } else {
+            "download"
+        };
+        progress.status(&format!("ssh: raw TCP {label} (the network's ceiling)"));
+        let o = pathdoc_speed::SpeedOptions {
+            mode,
+            duration: opts.duration,
+            interval: Duration::from_millis(500).min(opts.duration / 2),
+            ..Default::default()
+        };
+        let result = runtime.block_on(pathdoc_speed::run_test(
+            server.addr,
+            Some(server.token.clone()),
+            &o,
+            progress,
+            cancel,
+        ));
+        match result {
+            Ok(run) => {
+                let bps = run.directions.first().map(|d| d.goodput_bps);
+                // The second finding of a direction is pathdoc-speed's "limited by" verdict.
+                let limit = run.directions.first().and_then(|d| {
+                    pathdoc_speed::diagnose_direction(d)
+                        .get(1)
+                        .map(|f| f.id.clone())
+                });
+                if let Some(b) = bps {
+                    progress.note(&format!("ssh: raw TCP {label}: {} goodput", format_rate(b)));
+                }
+                match mode {
+                    pathdoc_speed::Mode::Upload => {
+                        report.raw_tcp.upload_bps = bps;
+                        report.raw_tcp.upload_limit = limit;
+                    }
+                    _ => {
+                        report.raw_tcp.download_bps = bps;
+                        report.raw_tcp.download_limit = limit;
+                    }
+                }
+            }
+            Err(e) => report.raw_tcp.errors.push(format!("{label}: {e}")),
+        }
+    }
+}
