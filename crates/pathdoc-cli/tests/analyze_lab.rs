@@ -210,6 +210,21 @@ fn cut_with_head(file: &Path, bytes: u64, suffix: &str) -> PathBuf {
     out
 }
 
+/// A byte count that ends inside a packet record of a (tcpdump, little-endian) pcap, at or after
+/// `at_least`: `head -c` at an arbitrary count can land exactly between two records.
+fn mid_record(file: &Path, at_least: u64) -> u64 {
+    let bytes = std::fs::read(file).unwrap();
+    let mut at = 24usize;
+    while at + 16 <= bytes.len() {
+        let incl = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        if at as u64 >= at_least {
+            return at as u64 + 16 + ((incl as u64).min(20) / 2).max(1);
+        }
+        at += 16 + incl;
+    }
+    panic!("{}: no record after byte {at_least}", file.display());
+}
+
 /// Packets tshark reads from a damaged file before it stops (it exits 2, after printing them).
 fn tshark_packets(file: &Path) -> u64 {
     let out = Command::new("tshark")
@@ -367,7 +382,8 @@ fn slow_lossy_duplex_loses_client_to_server_only() {
     assert_eq!(both[0]["direction"], "client-to-server", "{:#}", both[0]);
     // Cut near its end, the capture still proves the loss (exit 1) and says it is cut.
     let size = std::fs::metadata(&files[0]).unwrap().len();
-    let report = assert_cut_is_reported(&cut_with_head(&files[0], size * 9 / 10, ""), 1);
+    let at = mid_record(&files[0], size * 9 / 10);
+    let report = assert_cut_is_reported(&cut_with_head(&files[0], at, ""), 1);
     assert!(
         !with_id(&report, "tcp-loss-one-direction").is_empty(),
         "{:?}",
@@ -393,7 +409,7 @@ fn clean_path_raises_no_alarm() {
     // The same healthy capture cut mid-packet, plain and gzip-compressed: the part read is
     // healthy, but "no problem" needs the whole file: 3, never 0.
     let size = std::fs::metadata(&files[0]).unwrap().len();
-    let cut = cut_with_head(&files[0], size * 3 / 5, "");
+    let cut = cut_with_head(&files[0], mid_record(&files[0], size * 3 / 5), "");
     let report = assert_cut_is_reported(&cut, 3);
     assert_eq!(problems(&report), Vec::<String>::new());
     let gz = files[0].with_extension("pcap.gz");
