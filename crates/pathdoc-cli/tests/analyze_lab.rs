@@ -244,6 +244,11 @@ fn record(lab: &Lab, scenario: &str, dir: &Scratch) -> Vec<PathBuf> {
             traffic::iperf3(lab, "client", "server", 2, false, &["-C", "cubic"]).unwrap();
             traffic::iperf3(lab, "client", "server", 2, true, &["-C", "cubic"]).unwrap();
         }
+        // The SSH scenarios' paths (1 Gbit/s at 100 ms; a fast short one): a bounded 1-s
+        // transfer keeps the captures small.
+        "ssh-window-limited" | "ssh-cpu-limited" => {
+            traffic::iperf3(lab, "client", "server", 1, false, &["-b", "100M"]).unwrap();
+        }
         other => panic!("no traffic recipe for scenario {other}"),
     }
     c.stop().unwrap();

@@ -133,11 +133,21 @@ fn ssh_bootstrap_gives_the_manual_servers_findings_and_leaves_only_the_cache() {
     // The copy stays in the far end's cache (and is reused), until --ssh-clean removes it.
     let cached: Vec<_> = std::fs::read_dir(l.cache_dir()).unwrap().collect();
     assert_eq!(cached.len(), 1, "{cached:?}");
-    let (code, _, err) = l.pathdoc(
+    let (code, out, err) = l.pathdoc(
         &["speed", "--ssh", "server", "-t", "1s", "--json"],
         Duration::from_secs(60),
     );
-    assert_eq!(code, 0, "{err}");
+    // A lab on two shared cores may be CPU-bound (`cpu-limited`, exit 1: a true verdict);
+    // this test is about the bootstrap, so any measured result will do.
+    let speed = support::parse_report(code, &out, &err);
+    assert!(code == 0 || code == 1, "{:?}\n{err}", outcome(&speed));
+    assert!(
+        outcome(&speed)
+            .iter()
+            .any(|i| i.starts_with("upload-rate=")),
+        "{:?}",
+        outcome(&speed)
+    );
     l.assert_far_end_clean(Duration::from_secs(5));
     let cached: Vec<_> = std::fs::read_dir(l.cache_dir()).unwrap().collect();
     assert_eq!(
