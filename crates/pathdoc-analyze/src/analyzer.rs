@@ -30,20 +30,20 @@ const SWEEP_EVERY: u64 = 1 << 16;
 pub struct Filter {
     /// Stream indexes.
     pub ids: Vec<u64>,
-    /// Either end has this address.
-    pub host: Option<IpAddr>,
+    /// Either end has one of these addresses (a host name's A and AAAA records); empty: any.
+    pub hosts: Vec<IpAddr>,
     /// Either end has this port.
     pub port: Option<u16>,
 }
 
 impl Filter {
     pub fn is_empty(&self) -> bool {
-        self.ids.is_empty() && self.host.is_none() && self.port.is_none()
+        self.ids.is_empty() && self.hosts.is_empty() && self.port.is_none()
     }
 
     fn matches(&self, c: &Connection) -> bool {
         (self.ids.is_empty() || self.ids.contains(&c.id))
-            && self.host.is_none_or(|h| c.ends.iter().any(|e| e.addr == h))
+            && (self.hosts.is_empty() || c.ends.iter().any(|e| self.hosts.contains(&e.addr)))
             && self.port.is_none_or(|p| c.ends.iter().any(|e| e.port == p))
     }
 }
@@ -150,6 +150,8 @@ pub struct Totals {
     /// Connections with no finding (counted, not listed).
     pub healthy_connections: u64,
     pub connections_with_findings: u64,
+    /// Connections selected by the filter (`--conn`/`--host`/`--port`); 0 without one.
+    pub matched_filter: u64,
     /// Connections with findings beyond the listing limit.
     pub unlisted_with_findings: u64,
     /// Wireshark flag counts over all connections.
@@ -433,7 +435,7 @@ impl Analyzer {
             .filter(|(_, c)| {
                 let ended = c.dirs.iter().any(|d| d.rst_count > 0)
                     || c.dirs.iter().all(|d| d.fin_count > 0);
-                ended && now - c.last_ns > CLOSED_LINGER_NS
+                ended && now.saturating_sub(c.last_ns) > CLOSED_LINGER_NS
             })
             .map(|(k, _)| *k)
             .collect();
@@ -480,7 +482,9 @@ impl Analyzer {
         }
         let filtered = !self.opts.filter.is_empty();
         let wanted = if filtered {
-            self.opts.filter.matches(&c)
+            let matched = self.opts.filter.matches(&c);
+            self.totals.matched_filter += u64::from(matched);
+            matched
         } else {
             has_findings || self.opts.list_all
         };

@@ -314,9 +314,13 @@ pub fn compare_files(
         let d_nf = min_delay(nr, fr, if near_is_client_side { 0 } else { 1 });
         let d_fn = min_delay(fr, nr, if near_is_client_side { 1 } else { 0 });
         let (offset, owd) = match (d_nf, d_fn) {
-            (Some(a), Some(b)) => ((a - b) / 2, (a + b) / 2),
+            // In i128: the halves fit in i64 whatever the (saturated) delays.
+            (Some(a), Some(b)) => (
+                ((i128::from(a) - i128::from(b)) / 2) as i64,
+                ((i128::from(a) + i128::from(b)) / 2) as i64,
+            ),
             (Some(a), None) => (a, 0),
-            (None, Some(b)) => (-b, 0),
+            (None, Some(b)) => (b.saturating_neg(), 0),
             (None, None) => (0, 0),
         };
         if d_nf.is_some() || d_fn.is_some() {
@@ -328,7 +332,15 @@ pub fn compare_files(
             let (srecs, rrecs, shift, r_first, r_last, s_first, s_summary) = if sender_is_near {
                 (nr, fr, offset, far_first, far_last, near_first, *n)
             } else {
-                (fr, nr, -offset, near_first, near_last, far_first, *f)
+                (
+                    fr,
+                    nr,
+                    offset.saturating_neg(),
+                    near_first,
+                    near_last,
+                    far_first,
+                    *f,
+                )
             };
             pair.directions.push(compare_direction(
                 dir,
@@ -369,7 +381,7 @@ fn min_delay(sent: &[Rec], received: &[Rec], dir: u8) -> Option<i64> {
     }
     sent.iter()
         .filter(|s| s.dir == dir)
-        .filter_map(|s| first_seen.get(&s.key).map(|t| t - s.ts))
+        .filter_map(|s| first_seen.get(&s.key).map(|t| t.saturating_sub(s.ts)))
         .min()
 }
 
@@ -414,12 +426,13 @@ fn compare_direction(
     for r in received.iter().filter(|r| r.dir == dir) {
         first_seen.entry(r.key).or_insert(r.ts);
     }
-    let idle_end_ns = s_summary
-        .idle
-        .as_ref()
-        .map(|i| s_first + (i.resumed_at_s * 1e9) as i64 - 1_000_000);
+    let idle_end_ns = s_summary.idle.as_ref().map(|i| {
+        s_first
+            .saturating_add((i.resumed_at_s * 1e9) as i64)
+            .saturating_sub(1_000_000)
+    });
     for s in sent.iter().filter(|s| s.dir == dir) {
-        let arrive = s.ts + shift + owd;
+        let arrive = s.ts.saturating_add(shift).saturating_add(owd);
         let after_idle = idle_end_ns.is_some_and(|t| s.ts >= t);
         if arrive < r_first {
             continue;
@@ -436,7 +449,7 @@ fn compare_direction(
                 out.arrived += 1;
                 out.arrived_after_idle += u64::from(after_idle);
                 if let Some(t) = first_seen.get(&s.key) {
-                    let d = t - (s.ts + shift);
+                    let d = t.saturating_sub(s.ts.saturating_add(shift));
                     min_delay = Some(min_delay.map_or(d, |m: i64| m.min(d)));
                 }
             }
@@ -444,7 +457,7 @@ fn compare_direction(
                 out.lost += 1;
                 let kind = kind_of(s);
                 bump(&mut out.lost_kinds, kind);
-                let at = (s.ts - s_first) as f64 / 1e9;
+                let at = s.ts.saturating_sub(s_first) as f64 / 1e9;
                 out.first_lost_s.get_or_insert(at);
                 out.last_lost_s = Some(at);
                 if out.examples.len() < 10 {

@@ -264,7 +264,7 @@ impl Connection {
         };
         // Allow the sender one RTT (or 10 ms) to hear about it.
         let grace = st.rtt.min_ns.max(10_000_000);
-        if ts > first + grace && mtu >= 68 && ip_len > mtu {
+        if ts > first.saturating_add(grace) && mtu >= 68 && ip_len > mtu {
             st.oversize_after_too_big += 1;
         }
     }
@@ -283,7 +283,7 @@ impl Connection {
         if self.frames == 0 {
             return;
         }
-        let gap = ts - self.last_ns;
+        let gap = ts.saturating_sub(self.last_ns);
         self.longest_gap_ns = self.longest_gap_ns.max(gap);
         let threshold = MIN_IDLE_NS.max(self.state.irtt_ns.saturating_mul(20));
         // Gaps between unanswered probes (keepalive intervals) continue the current phase; a

@@ -7,16 +7,19 @@
 //! - [`summary`]: the serialisable per-connection result (`data.analyze` of the JSON report).
 //! - [`diagnose`]: findings in pathdoc's report model.
 //! - [`compare`]: two captures of one path — which packets left one end and never arrived.
+//! - [`ids`]: the registry of every finding id `pathdoc analyze` emits ([`FINDING_IDS`]).
 
 pub mod analyzer;
 pub mod compare;
 pub mod conn;
 pub mod diagnose;
 pub mod flags;
+pub mod ids;
 pub mod stats;
 pub mod summary;
 pub mod tcp;
 
 pub use analyzer::{Analyzer, CaptureAnalysis, Filter, Listed, Options, PacketRecord, Totals};
 pub use flags::Flags;
+pub use ids::FINDING_IDS;
 pub use summary::ConnSummary;

@@ -376,7 +376,7 @@ impl DirStats {
                     // The newest covered segment gives the sample, unless any covered one was
                     // retransmitted (Karn's rule).
                     let ambiguous = t.retransmitted || sample.is_some_and(|s| s.1);
-                    sample = Some((ts - t.sent_ns, ambiguous));
+                    sample = Some((ts.saturating_sub(t.sent_ns), ambiguous));
                     if !t.retransmitted {
                         self.max_acked_ip_len = self.max_acked_ip_len.max(t.ip_len);
                     }
@@ -412,8 +412,8 @@ impl DirStats {
         match (scaled == 0, self.zero_window_since) {
             (true, None) => self.zero_window_since = Some(ts),
             (false, Some(since)) => {
-                let d = ts - since;
-                self.zero_window_total_ns += d;
+                let d = ts.saturating_sub(since).max(0);
+                self.zero_window_total_ns = self.zero_window_total_ns.saturating_add(d);
                 self.zero_window_longest_ns = self.zero_window_longest_ns.max(d);
                 self.zero_window_since = None;
             }
@@ -440,8 +440,8 @@ impl DirStats {
     /// Close open intervals at the end of the capture.
     pub fn finish(&mut self, end_ns: i64) {
         if let Some(since) = self.zero_window_since {
-            let d = end_ns - since;
-            self.zero_window_total_ns += d;
+            let d = end_ns.saturating_sub(since).max(0);
+            self.zero_window_total_ns = self.zero_window_total_ns.saturating_add(d);
             self.zero_window_longest_ns = self.zero_window_longest_ns.max(d);
         }
         self.finish_stall();

@@ -141,7 +141,7 @@ fn ms(ns: i64) -> f64 {
 
 fn dir_summary(st: &DirStats) -> DirSummary {
     let goodput = st.first_data_ns.and_then(|first| {
-        let dur = st.last_data_ns - first;
+        let dur = st.last_data_ns.saturating_sub(first);
         (dur > 0 && st.unique_bytes() > 0).then(|| st.unique_bytes() as f64 * 8.0 / secs(dur))
     });
     let stall = st.stall.as_ref().map(|s: &Stall| StallSummary {
@@ -149,7 +149,7 @@ fn dir_summary(st: &DirStats) -> DirSummary {
         retransmissions: s.retransmissions,
         sizes_bytes: s.sizes().to_vec(),
         start_s: secs(s.first_ns),
-        duration_s: secs(s.last_ns - s.first_ns),
+        duration_s: secs(s.last_ns.saturating_sub(s.first_ns)),
         resolved: s.resolved,
         peer_packets: s.peer_packets,
     });
@@ -202,7 +202,12 @@ fn idle_summary(phase: &IdlePhase, client: usize, capture_start_ns: i64) -> Idle
     };
     IdleSummary {
         idle_s: secs(phase.gap_ns),
-        resumed_at_s: secs(phase.gap_start_ns + phase.gap_ns - capture_start_ns),
+        resumed_at_s: secs(
+            phase
+                .gap_start_ns
+                .saturating_add(phase.gap_ns)
+                .saturating_sub(capture_start_ns),
+        ),
         client: side(client),
         server: side(1 - client),
     }
@@ -243,7 +248,7 @@ pub fn summarize(c: &Connection, capture_start_ns: i64) -> ConnSummary {
         client_known: known,
         ip_version: if c.ipv6() { 6 } else { 4 },
         start_epoch_s: secs(c.first_ns),
-        duration_s: secs(c.last_ns - c.first_ns),
+        duration_s: secs(c.last_ns.saturating_sub(c.first_ns)),
         packets: c.frames,
         syn_seen: c.saw_syn,
         syn_ack_seen: c.saw_synack,

@@ -287,7 +287,7 @@ impl ConnState {
             self.flows[d].is_first_ack = true;
         }
         if pure_ack && self.ts_mru_syn != 0 && self.irtt_ns == 0 {
-            self.irtt_ns = s.ts_ns - self.ts_mru_syn;
+            self.irtt_ns = s.ts_ns.saturating_sub(self.ts_mru_syn);
         }
         if pure_ack {
             self.flows[d].is_first_ack = false;

@@ -61,6 +61,8 @@ pub enum CaptureError {
     Empty { name: String },
     #[error("{name} is not a pcap or pcapng capture (first bytes: {head})")]
     NotACapture { name: String, head: String },
+    #[error("{name} ends inside its capture header (cut off before the first packet): nothing to analyse")]
+    HeaderTruncated { name: String },
     #[error("{name} ends at byte {offset}{gz} in the middle of a packet record after {packets} packets (the capture was cut off, e.g. the writer was killed); the packets before it were analysed")]
     Truncated {
         name: String,
@@ -221,25 +223,20 @@ impl CaptureReader {
             Ok(r) => r,
             Err(PcapError::Eof) => return Err(CaptureError::Empty { name }),
             Err(PcapError::ReadError) => {
-                let detail = take_error(&last_error);
-                return Err(CaptureError::Read {
-                    name,
-                    offset: 0,
-                    packets: 0,
-                    detail,
-                    gz,
+                return Err(match read_error(name, 0, 0, gz, &last_error) {
+                    CaptureError::Truncated { name, .. } => CaptureError::HeaderTruncated { name },
+                    other => other,
                 });
             }
             Err(PcapError::Incomplete(_)) | Err(PcapError::UnexpectedEof) => {
-                return Err(CaptureError::Truncated {
-                    name,
-                    offset: 0,
-                    packets: 0,
-                    gz,
-                })
+                return Err(CaptureError::HeaderTruncated { name })
             }
             Err(_) => {
                 let bytes = head.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                // All of a short input is kept: it ended there.
+                if bytes.len() < HEAD_KEPT && cut_in_header(&bytes) {
+                    return Err(CaptureError::HeaderTruncated { name });
+                }
                 return Err(CaptureError::NotACapture {
                     name,
                     head: hex_head(&bytes),
@@ -333,6 +330,13 @@ impl CaptureReader {
         loop {
             let offset = self.inner.consumed() as u64;
             let head = self.block_head();
+            // Every pcapng block is at least type + two lengths; pcap-parser 0.17 subtracts 12
+            // from a shorter length of some block types unchecked (a fuzz find).
+            if let Some(len) = self.ng_block_len(head).filter(|l| *l < 12) {
+                return Err(
+                    self.corrupt(format!("block length {len} is below the 12-byte minimum"))
+                );
+            }
             let classified = match self.inner.next() {
                 Ok((len, block)) => {
                     let step =
@@ -357,13 +361,13 @@ impl CaptureReader {
                     })
                 }
                 Err(PcapError::ReadError) => {
-                    return Err(CaptureError::Read {
-                        name: self.name.clone(),
+                    return Err(read_error(
+                        self.name.clone(),
                         offset,
-                        packets: self.packets,
-                        detail: take_error(&self.last_error),
-                        gz: self.gz,
-                    })
+                        self.packets,
+                        self.gz,
+                        &self.last_error,
+                    ))
                 }
                 Err(PcapError::HeaderNotRecognized) => {
                     return Err(self.corrupt("unrecognised block".into()))
@@ -420,6 +424,17 @@ impl CaptureReader {
         Some(head)
     }
 
+    /// The leading length field of the pcapng block at the head of the buffer.
+    fn ng_block_len(&self, head: Option<[u8; 12]>) -> Option<u32> {
+        let b = head?;
+        let len = [b[4], b[5], b[6], b[7]];
+        Some(if self.ng_big_endian {
+            u32::from_be_bytes(len)
+        } else {
+            u32::from_le_bytes(len)
+        })
+    }
+
     /// A pcapng block's leading and trailing lengths must both equal what was parsed.
     fn check_block_lengths(&self, head: Option<[u8; 12]>, parsed: usize) -> Option<String> {
         let head = head?;
@@ -446,12 +461,14 @@ impl CaptureReader {
 
     fn refill(&mut self) -> Result<(), CaptureError> {
         let offset = self.inner.consumed() as u64;
-        self.inner.refill().map_err(|_| CaptureError::Read {
-            name: self.name.clone(),
-            offset,
-            packets: self.packets,
-            detail: take_error(&self.last_error),
-            gz: self.gz,
+        self.inner.refill().map_err(|_| {
+            read_error(
+                self.name.clone(),
+                offset,
+                self.packets,
+                self.gz,
+                &self.last_error,
+            )
         })
     }
 
@@ -588,12 +605,34 @@ fn ts_ns(secs: u64, frac: u64, resolution: u64, offset_s: i64) -> i64 {
         .saturating_add(frac_ns.min(999_999_999) as i64)
 }
 
-fn take_error(slot: &std::sync::Mutex<Option<io::Error>>) -> String {
-    slot.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take()
-        .map(|e| e.to_string())
-        .unwrap_or_else(|| "read error".into())
+/// The error the input stashed when a read failed. A gzip stream that stops before its end
+/// ("incomplete deflate stream", `UnexpectedEof`) is a capture cut off like any other: it is
+/// [`CaptureError::Truncated`], not a read failure.
+fn read_error(
+    name: String,
+    offset: u64,
+    packets: u64,
+    gz: &'static str,
+    slot: &std::sync::Mutex<Option<io::Error>>,
+) -> CaptureError {
+    let stashed = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match stashed {
+        Some(e) if e.kind() == io::ErrorKind::UnexpectedEof => CaptureError::Truncated {
+            name,
+            offset,
+            packets,
+            gz,
+        },
+        other => CaptureError::Read {
+            name,
+            offset,
+            packets,
+            detail: other
+                .map(|e| e.to_string())
+                .unwrap_or_else(|| "read error".into()),
+            gz,
+        },
+    }
 }
 
 fn hex_head(bytes: &[u8]) -> String {
@@ -610,6 +649,40 @@ fn hex_head(bytes: &[u8]) -> String {
 }
 
 /// Keeps the first bytes read, to show them when the input is not a capture.
+/// The first bytes of the input, kept to name what it is when it is not a capture (and to tell
+/// a header cut short from a foreign file).
+const HEAD_KEPT: usize = 4096;
+
+/// The bytes start like a pcap or pcapng header but end before it does.
+fn cut_in_header(bytes: &[u8]) -> bool {
+    let Some(magic) = bytes.get(..4) else {
+        return false;
+    };
+    let pcap_magics: [[u8; 4]; 4] = [
+        [0xd4, 0xc3, 0xb2, 0xa1],
+        [0xa1, 0xb2, 0xc3, 0xd4],
+        [0x4d, 0x3c, 0xb2, 0xa1],
+        [0xa1, 0xb2, 0x3c, 0x4d],
+    ];
+    if pcap_magics.iter().any(|m| m == magic) {
+        return bytes.len() < 24;
+    }
+    if magic != [0x0a, 0x0d, 0x0d, 0x0a] {
+        return false;
+    }
+    // pcapng section header block: its length in the byte order its byte-order magic gives.
+    let (Some(len), Some(order)) = (bytes.get(4..8), bytes.get(8..12)) else {
+        return true;
+    };
+    let len = [len[0], len[1], len[2], len[3]];
+    let block_len = match order {
+        [0x4d, 0x3c, 0x2b, 0x1a] => u32::from_le_bytes(len),
+        [0x1a, 0x2b, 0x3c, 0x4d] => u32::from_be_bytes(len),
+        _ => return false,
+    };
+    (bytes.len() as u64) < u64::from(block_len)
+}
+
 struct HeadRecorder {
     inner: Box<dyn io::Read + Send>,
     head: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
@@ -619,8 +692,8 @@ impl io::Read for HeadRecorder {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
         let mut head = self.head.lock().unwrap_or_else(|p| p.into_inner());
-        if head.len() < 16 {
-            let take = (16 - head.len()).min(n);
+        if head.len() < HEAD_KEPT {
+            let take = (HEAD_KEPT - head.len()).min(n);
             head.extend_from_slice(&buf[..take]);
         }
         Ok(n)

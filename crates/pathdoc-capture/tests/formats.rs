@@ -112,6 +112,34 @@ fn gzip_is_transparent() {
 }
 
 #[test]
+fn a_cut_gzip_file_is_truncated_not_a_read_failure() {
+    // Many packets, so the compressed stream spans several reads; cut it in the middle.
+    let many: Vec<Frame> = (0..2000)
+        .map(|i| {
+            Frame::new(
+                1_700_000_000_000_000_000 + i * 1_000_000,
+                tcp_frame(i as u32 * 7919, 200 + (i as usize * 31) % 1200),
+            )
+        })
+        .collect();
+    let plain = pcap(1, &many, false, false);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&plain).unwrap();
+    let gz = gz.finish().unwrap();
+    let (pkts, err) = read_all(gz[..gz.len() / 2].to_vec());
+    assert!(!pkts.is_empty() && pkts.len() < 2000, "{}", pkts.len());
+    match err {
+        Some(e @ CaptureError::Truncated { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("of the decompressed stream"), "{text}");
+            let offset = e.offset().unwrap() as usize;
+            assert!(offset > 24 && offset < plain.len(), "{offset}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn snap_length_cut_packets_keep_their_length() {
     let f: Vec<Frame> = frames().into_iter().map(|f| f.snap(54)).collect();
     let bytes = pcap(1, &f, false, false);
@@ -143,6 +171,56 @@ fn truncated_file_gives_packets_then_offset() {
         }) => {
             assert_eq!(offset as usize, 24 + 4 * record);
             assert_eq!(packets, 4);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_file_cut_inside_its_header_has_nothing_to_analyse() {
+    let plain = pcap(1, &frames(), false, false);
+    let ng = pcapng(&[Section {
+        interfaces: vec![(1, 6)],
+        packets: frames().into_iter().map(|f| (0, f)).collect(),
+    }]);
+    for (what, cut) in [
+        ("pcap", plain[..10].to_vec()),
+        ("pcapng", ng[..20].to_vec()),
+    ] {
+        let (pkts, err) = read_all(cut);
+        assert!(pkts.is_empty());
+        match err {
+            Some(e @ CaptureError::HeaderTruncated { .. }) => {
+                assert!(!e.is_partial() && e.offset().is_none(), "{what}");
+                assert!(e.to_string().contains("inside its capture header"), "{e}");
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_pcapng_block_shorter_than_its_header_is_corrupt_not_a_panic() {
+    // Fuzz find: a process-information block (type 0x80000001) claiming 4 bytes made
+    // pcap-parser subtract 12 from 4.
+    let mut bytes = pcapng(&[Section {
+        interfaces: vec![(1, 6)],
+        packets: frames().into_iter().take(1).map(|f| (0, f)).collect(),
+    }]);
+    let at = bytes.len();
+    bytes.extend_from_slice(&0x8000_0001u32.to_le_bytes());
+    bytes.extend_from_slice(&4u32.to_le_bytes());
+    bytes.extend_from_slice(&[0u8; 16]);
+    let (pkts, err) = read_all(bytes);
+    assert_eq!(pkts.len(), 1);
+    match err {
+        Some(e @ CaptureError::Corrupt { .. }) => {
+            assert_eq!(e.offset(), Some(at as u64));
+            assert!(
+                e.to_string()
+                    .contains("block length 4 is below the 12-byte minimum"),
+                "{e}"
+            );
         }
         other => panic!("{other:?}"),
     }

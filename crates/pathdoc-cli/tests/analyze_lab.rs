@@ -194,6 +194,72 @@ fn problems(report: &Value) -> Vec<String> {
         .collect()
 }
 
+/// `head -c BYTES FILE > FILE.cut…`: a real capture cut mid-packet, as a killed writer leaves it.
+fn cut_with_head(file: &Path, bytes: u64, suffix: &str) -> PathBuf {
+    let out = file.with_extension(format!("cut{suffix}"));
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "head -c {bytes} '{}' > '{}'",
+            file.display(),
+            out.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    out
+}
+
+/// A byte count that ends inside a packet record of a (tcpdump, little-endian) pcap, at or after
+/// `at_least`: `head -c` at an arbitrary count can land exactly between two records.
+fn mid_record(file: &Path, at_least: u64) -> u64 {
+    let bytes = std::fs::read(file).unwrap();
+    let mut at = 24usize;
+    while at + 16 <= bytes.len() {
+        let incl = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        if at as u64 >= at_least {
+            return at as u64 + 16 + ((incl as u64).min(20) / 2).max(1);
+        }
+        at += 16 + incl;
+    }
+    panic!("{}: no record after byte {at_least}", file.display());
+}
+
+/// Packets tshark reads from a damaged file before it stops (it exits 2, after printing them).
+fn tshark_packets(file: &Path) -> u64 {
+    let out = Command::new("tshark")
+        .args([
+            "-r",
+            file.to_str().unwrap(),
+            "-T",
+            "fields",
+            "-e",
+            "frame.number",
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count() as u64
+}
+
+/// The cut capture is analysed up to the cut and says so; the exit code is never 0.
+fn assert_cut_is_reported(cut: &Path, want_code: i32) -> Value {
+    let (code, report) = analyze_json(&[cut]);
+    let cap = &report["data"]["analyze"]["captures"][0];
+    assert_eq!(cap["damage"], "truncated", "{}: {cap:#}", cut.display());
+    let t = with_id(&report, "capture-truncated");
+    assert_eq!(t.len(), 1, "{report:#}");
+    assert_eq!(t[0]["status"], "inconclusive");
+    assert_eq!(code, want_code, "{:?}", problems(&report));
+    if cut.extension().is_some_and(|e| e != "gz") {
+        assert_eq!(
+            cap["totals"]["packets"].as_u64().unwrap(),
+            tshark_packets(cut),
+            "the same packets as tshark before the cut"
+        );
+    }
+    report
+}
+
 /// Record the scenario's traffic on the client (and, for two-ended scenarios, the server).
 fn record(lab: &Lab, scenario: &str, dir: &Scratch) -> Vec<PathBuf> {
     let client = dir.file("client.pcap");
@@ -314,6 +380,15 @@ fn slow_lossy_duplex_loses_client_to_server_only() {
     let both = with_id(&report, "loss-concentrated-one-direction");
     assert_eq!(both.len(), 1, "{:?}", problems(&report));
     assert_eq!(both[0]["direction"], "client-to-server", "{:#}", both[0]);
+    // Cut near its end, the capture still proves the loss (exit 1) and says it is cut.
+    let size = std::fs::metadata(&files[0]).unwrap().len();
+    let at = mid_record(&files[0], size * 9 / 10);
+    let report = assert_cut_is_reported(&cut_with_head(&files[0], at, ""), 1);
+    assert!(
+        !with_id(&report, "tcp-loss-one-direction").is_empty(),
+        "{:?}",
+        problems(&report)
+    );
 }
 
 #[test]
@@ -331,6 +406,25 @@ fn clean_path_raises_no_alarm() {
         assert_eq!(overview.len(), 1);
         assert_eq!(overview[0]["status"], "pass");
     }
+    // The same healthy capture cut mid-packet, plain and gzip-compressed: the part read is
+    // healthy, but "no problem" needs the whole file: 3, never 0.
+    let size = std::fs::metadata(&files[0]).unwrap().len();
+    let cut = cut_with_head(&files[0], mid_record(&files[0], size * 3 / 5), "");
+    let report = assert_cut_is_reported(&cut, 3);
+    assert_eq!(problems(&report), Vec::<String>::new());
+    let gz = files[0].with_extension("pcap.gz");
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "gzip -c '{}' > '{}'",
+            files[0].display(),
+            gz.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let gz_size = std::fs::metadata(&gz).unwrap().len();
+    assert_cut_is_reported(&cut_with_head(&gz, gz_size / 2, ".gz"), 3);
 }
 
 #[test]

@@ -24,8 +24,13 @@ fn checks() -> Vec<(&'static str, &'static str, Option<&'static [FindingId]>)> {
             Some(pathdoc_speed::FINDING_IDS),
         ),
         ("ssh", "pathdoc-ssh", Some(pathdoc_ssh::FINDING_IDS)),
-        // `pathdoc analyze` joins once pathdoc-analyze exports its registry.
-        ("analyze", "pathdoc-analyze", None),
+        // Its ids come from pathdoc-analyze and from the analyze command in pathdoc-cli (those
+        // name the check "analyze" literally), all in pathdoc-analyze's registry.
+        (
+            "analyze",
+            "pathdoc-analyze",
+            Some(pathdoc_analyze::FINDING_IDS),
+        ),
         (
             "any check",
             "pathdoc-cli",
@@ -166,47 +171,112 @@ fn resolve(arg: &str, src: &str, at: usize) -> Result<Vec<String>, String> {
     }
     // `let id = if … { "a" } else { "b" };`
     let binding = before.rfind(&format!("let {arg} = "));
-    let param = [format!("|{arg}:"), format!("|{arg},")]
-        .iter()
-        .filter_map(|p| before.rfind(p.as_str()))
-        .max();
-    if let Some(at) = binding.filter(|b| param.is_none_or(|p| *b > p)) {
+    let param = parameter_of(arg, before);
+    if let Some(at) = binding.filter(|b| param.as_ref().is_none_or(|p| *b > p.at)) {
         let stmt = &src[at..at + src[at..].find(';').unwrap_or(0)];
         let lits = id_literals(stmt);
         if !lits.is_empty() {
             return Ok(lits);
         }
     }
-    // `let finding = |id: &'static str, …| Finding::new(CHECK, id, …)` and `finding("a", …)`.
-    if let Some(at) = param {
-        let before = &src[..at];
-        if let Some(let_at) = before.rfind("let ") {
-            let name: String = before[let_at + 4..]
+    // A parameter of a local closure or function: `let finding = |id: &'static str, …|
+    // Finding::new(CHECK, id, …)` or `fn finding(c: &C, id: &str, …) -> Finding`, and its
+    // calls `finding("a", …)` / `finding(c, "a", …)`: the literals at the parameter's place.
+    if let Some(p) = param {
+        let mut lits = Vec::new();
+        let call = format!("{}(", p.callable);
+        let mut from = 0;
+        while let Some(i) = src[from..].find(&call) {
+            let open = from + i + p.callable.len();
+            let head = &src[..from + i];
+            let preceded = head
                 .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            let mut lits = Vec::new();
-            let call = format!("{name}(");
-            let mut from = 0;
-            while let Some(i) = src[from..].find(&call) {
-                let open = from + i + name.len();
-                let preceded = src[..from + i]
-                    .chars()
-                    .last()
-                    .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'));
-                if preceded {
-                    if let Some(first) = args(src, open).first() {
-                        lits.extend(id_literals(first));
-                    }
+                .last()
+                .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'));
+            if preceded && !head.trim_end().ends_with("fn") {
+                if let Some(a) = args(src, open).get(p.position) {
+                    lits.extend(id_literals(a));
                 }
-                from = open + 1;
             }
-            if !lits.is_empty() {
-                return Ok(lits);
-            }
+            from = open + 1;
+        }
+        if !lits.is_empty() {
+            return Ok(lits);
         }
     }
     Err(format!("cannot tell which id `{arg}` holds"))
+}
+
+/// The closure or function, nearest before a call site, that has a parameter named `arg`.
+struct Parameter {
+    /// Where its definition starts.
+    at: usize,
+    callable: String,
+    position: usize,
+}
+
+fn parameter_of(arg: &str, before: &str) -> Option<Parameter> {
+    let named = |params: &[String]| {
+        params.iter().position(|p| {
+            p.split(':')
+                .next()
+                .map(str::trim)
+                .map(|n| n.trim_start_matches("mut "))
+                == Some(arg)
+        })
+    };
+    // `fn name(…)` (no generics in the name part).
+    let function = before.rfind("fn ").and_then(|at| {
+        let rest = &before[at + 3..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let open = at + 3 + name.len();
+        (before.as_bytes().get(open) == Some(&b'(')).then_some(())?;
+        let position = named(&args(before, open))?;
+        Some(Parameter {
+            at,
+            callable: name,
+            position,
+        })
+    });
+    // `let name = |…|` (or `move |…|`): the last such closure with that parameter.
+    let mut closure = None;
+    let mut from = 0;
+    while let Some(i) = before[from..].find("let ") {
+        let let_at = from + i;
+        from = let_at + 4;
+        let head = &before[let_at + 4..];
+        let name: String = head
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let Some(rest) = head[name.len()..].strip_prefix(" = ") else {
+            continue;
+        };
+        let Some(rest) = rest.trim_start_matches("move ").strip_prefix('|') else {
+            continue;
+        };
+        let Some(close) = rest.find('|') else {
+            continue;
+        };
+        let params: Vec<String> = rest[..close]
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .collect();
+        if let Some(position) = named(&params) {
+            closure = Some(Parameter {
+                at: let_at,
+                callable: name,
+                position,
+            });
+        }
+    }
+    match (function, closure) {
+        (Some(f), Some(c)) => Some(if f.at > c.at { f } else { c }),
+        (f, c) => f.or(c),
+    }
 }
 
 /// `const NAME: &str = "value";` of every workspace crate's sources.
@@ -382,6 +452,13 @@ fn every_emitted_id_is_registered_and_documented_and_every_documented_id_exists(
         match docs.get(check) {
             None => problems.push(format!("docs/output.md has no `### {check}` table")),
             Some(listed) => {
+                for (id, place) in &code {
+                    if !listed.contains(id) {
+                        problems.push(format!(
+                            "{place}: `{id}` is emitted but docs/output.md ({check}) does not list it"
+                        ));
+                    }
+                }
                 for id in registered.difference(listed) {
                     problems.push(format!("docs/output.md ({check}): `{id}` is missing"));
                 }
@@ -408,6 +485,17 @@ fn the_source_reader_sees_through_locals_and_closures() {
             Finding::new(CHECK, id, 3, "t");
             Finding::new(CHECK, format!("{}-rate", d), 3, "t");
         }
+        fn finding(c: &Conn, id: &str, status: Status) -> Finding {
+            Finding::new(CHECK, id, status, label(c))
+        }
+        fn g(c: &Conn) {
+            let f = finding(c, "idle-death", Status::Fail);
+            let g = finding(
+                c,
+                "rst-injected",
+                Status::Fail,
+            );
+        }
         #[cfg(test)]
         mod tests { fn g() { Finding::new(CHECK, "test-only", 1, "x"); } }
     "#;
@@ -425,6 +513,11 @@ fn the_source_reader_sees_through_locals_and_closures() {
         vec!["udp-a-b", "udp-c-d"]
     );
     assert!(resolve("format!(\"{}-rate\", d)", &src, local).is_err());
+    let function = src.find("Finding::new(CHECK, id, status").unwrap() + "Finding::new".len();
+    assert_eq!(
+        resolve("id", &src, function).unwrap(),
+        vec!["idle-death", "rst-injected"]
+    );
     assert_eq!(
         resolve("pathdoc_core::report::CHECK_FAILED", &src, local).unwrap(),
         vec!["check-failed"]

@@ -252,8 +252,17 @@ fn the_bind_error_names_its_cause_once() {
     // Under JSON logs the error is a JSON line too.
     let mut cmd = Command::new(PATHDOC);
     cmd.args(["server", "--json", "--listen", &server.addr.to_string()]);
-    let (code, _, err) = run(cmd, Duration::from_secs(10));
+    let (code, out, err) = run(cmd, Duration::from_secs(10));
     assert_eq!(code, 2, "{err}");
+    // …and, as with every command under `--json`, the error document on stdout (docs/output.md).
+    let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(doc["schema"], "pathdoc.error/1", "{out}");
+    assert_eq!(doc["command"], "server", "{out}");
+    assert_eq!(doc["exit_code"], 2, "{out}");
+    assert!(
+        doc["error"]["message"].as_str().unwrap().contains("in use"),
+        "{out}"
+    );
     for line in err.lines() {
         let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
         assert!(v["level"].is_string(), "{line}");

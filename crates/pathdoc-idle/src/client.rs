@@ -433,10 +433,9 @@ fn announce_plan(path: &PathView, plan: &GroupPlan, grace: Duration, progress: &
             .map(|(i, a)| format!("{}:{}", i + 1, a.map_or("*".to_string(), |a| a.to_string())))
             .collect();
         progress.note(&format!(
-            "idle: {} router(s) to the server ({}); culprit search splits the path after hop(s) {:?}, keepalives every {}",
-            p.routers,
-            addrs.join(" "),
-            path.splits,
+            "idle: {}; {}, keepalives every {}",
+            routers_text(p.routers, &addrs),
+            splits_text(&path.splits),
             fmt(plan.warm_interval),
         ));
     }
@@ -449,6 +448,31 @@ fn announce_plan(path: &PathView, plan: &GroupPlan, grace: Duration, progress: &
         fmt(main.coarse_spacing),
         fmt(grace),
     ));
+}
+
+/// "2 routers to the server (1:192.168.1.1 2:*)", or "no router to the server" (same link).
+fn routers_text(routers: usize, addrs: &[String]) -> String {
+    match routers {
+        0 => "no router to the server (same link)".to_string(),
+        1 => format!("1 router to the server ({})", addrs.join(" ")),
+        n => format!("{n} routers to the server ({})", addrs.join(" ")),
+    }
+}
+
+/// Where the culprit search splits the path, in words rather than a debug list.
+fn splits_text(splits: &[usize]) -> String {
+    match splits {
+        // With one router or none there is no box to tell apart from another.
+        [] => "no culprit search (needs two routers or more)".to_string(),
+        [one] => format!("culprit search splits the path after hop {one}"),
+        many => {
+            let list: Vec<String> = many.iter().map(|h| h.to_string()).collect();
+            format!(
+                "culprit search splits the path after hops {}",
+                list.join(", ")
+            )
+        }
+    }
 }
 
 /// The UDP half, running on its own task beside the TCP probes.
@@ -580,4 +604,28 @@ async fn fetch_server_records(
 /// Milliseconds helper re-exported for callers building configs from flags.
 pub fn millis(d: Duration) -> u64 {
     to_ms(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{routers_text, splits_text};
+
+    /// The plan note is read by users: words, no Rust debug lists ("hop(s) []", "()").
+    #[test]
+    fn the_plan_note_reads_as_words() {
+        assert_eq!(routers_text(0, &[]), "no router to the server (same link)");
+        assert_eq!(
+            routers_text(1, &["1:192.168.1.1".into()]),
+            "1 router to the server (1:192.168.1.1)"
+        );
+        assert_eq!(
+            splits_text(&[]),
+            "no culprit search (needs two routers or more)"
+        );
+        assert_eq!(
+            splits_text(&[1, 2, 3]),
+            "culprit search splits the path after hops 1, 2, 3"
+        );
+        assert!(!splits_text(&[]).contains('['));
+    }
 }

@@ -103,33 +103,23 @@ pub struct HostCpu {
     pub cpus: u32,
 }
 
-/// Read `/proc/stat`.
+/// Read `/proc/stat` (through [`crate::cpu_usage::host_cpu_times`], the one parser of it).
 pub fn host_cpu() -> io::Result<HostCpu> {
-    let text = std::fs::read_to_string("/proc/stat")?;
-    parse_host_cpu(&text, clock_ticks())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "/proc/stat has no cpu line"))
+    Ok(HostCpu::from_ticks(
+        &crate::cpu_usage::host_cpu_times()?,
+        clock_ticks(),
+    ))
 }
 
-fn parse_host_cpu(text: &str, ticks: f64) -> Option<HostCpu> {
-    let line = text.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<f64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    // user nice system idle iowait irq softirq steal [guest guest_nice: already in user/nice]
-    let get = |i: usize| v.get(i).copied().unwrap_or(0.0);
-    let busy = get(0) + get(1) + get(2) + get(5) + get(6) + get(7);
-    let total = busy + get(3) + get(4);
-    let cpus = text
-        .lines()
-        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
-        .count() as u32;
-    Some(HostCpu {
-        busy_seconds: busy / ticks,
-        total_seconds: total / ticks,
-        cpus,
-    })
+impl HostCpu {
+    /// Seconds from `/proc/stat`'s clock ticks (`ticks` per second).
+    pub fn from_ticks(t: &crate::cpu_usage::HostCpuTimes, ticks: f64) -> HostCpu {
+        HostCpu {
+            busy_seconds: t.busy() as f64 / ticks,
+            total_seconds: t.total() as f64 / ticks,
+            cpus: t.cpus,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -150,11 +140,10 @@ mod tests {
     #[test]
     fn parses_proc_stat() {
         let text = "cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 50 0 25 400 25 0 0 0 0 0\ncpu1 50 0 25 400 25 0 0 0 0 0\nintr 1";
-        let h = parse_host_cpu(text, 100.0).unwrap();
+        let h = HostCpu::from_ticks(&crate::cpu_usage::parse_proc_stat(text).unwrap(), 100.0);
         assert_eq!(h.cpus, 2);
         assert!((h.busy_seconds - 1.5).abs() < 1e-9);
         assert!((h.total_seconds - 10.0).abs() < 1e-9);
-        assert!(parse_host_cpu("intr 1", 100.0).is_none());
         assert!(host_cpu().unwrap().cpus >= 1);
     }
 

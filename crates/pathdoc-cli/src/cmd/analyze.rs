@@ -4,7 +4,7 @@
 //! handles Ctrl-C, and renders.
 
 use std::io::{IsTerminal, Write};
-use std::net::IpAddr;
+use std::net::{IpAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,6 +19,7 @@ use pathdoc_core::units::{format_bytes, format_duration};
 use pathdoc_core::{Evidence, Finding, Progress, Quantity, Report, Status};
 use serde_json::json;
 
+use crate::error::{CliError, ErrorKind};
 use crate::output;
 use crate::progress::TerminalProgress;
 use crate::Global;
@@ -32,9 +33,10 @@ pub struct AnalyzeArgs {
     /// Only connections with this stream index (as Wireshark's tcp.stream; repeatable).
     #[arg(long = "conn", value_name = "STREAM")]
     conn: Vec<u64>,
-    /// Only connections with this address at either end.
-    #[arg(long, value_name = "ADDRESS")]
-    host: Option<IpAddr>,
+    /// Only connections with this host at either end: an IP address, or a name resolved by the
+    /// system resolver (/etc/hosts, DNS; any of its addresses matches).
+    #[arg(long, value_name = "HOST")]
+    host: Option<String>,
     /// Only connections with this port at either end.
     #[arg(long, value_name = "PORT")]
     port: Option<u16>,
@@ -59,11 +61,12 @@ pub fn run(args: AnalyzeArgs, global: Global) -> anyhow::Result<i32> {
     if args.captures.len() == 2 {
         return run_pair(&args, global);
     }
+    let hosts = host_filter(args.host.as_deref(), global)?;
     let name = &args.captures[0];
     let progress = TerminalProgress::new(global);
     let filter = Filter {
         ids: args.conn.clone(),
-        host: args.host,
+        hosts: hosts.clone(),
         port: args.port,
     };
     let opts = Options {
@@ -77,13 +80,77 @@ pub fn run(args: AnalyzeArgs, global: Global) -> anyhow::Result<i32> {
     warn_damage(&pass);
     if let Some(mut t) = flags_out {
         t.flush();
-        let report = build_report(&[pass], None);
+        let report = build_report(&[pass], None, filter_json(&args, &hosts));
         return Ok(exit_code(&report));
     }
-    let report = build_report(&[pass], None);
+    let report = build_report(&[pass], None, filter_json(&args, &hosts));
     render(&report, global);
     super::report_capture::write_html(&args.html, &args.captures, &report)?;
     Ok(exit_code(&report))
+}
+
+/// The addresses `--host` stands for: an IP literal (IPv6 with or without brackets) as it is,
+/// a name through the system resolver (getaddrinfo: /etc/hosts, DNS), every address it has.
+/// A name that does not resolve is an error (exit 2), not an empty result.
+fn host_filter(host: Option<&str>, global: Global) -> anyhow::Result<Vec<IpAddr>> {
+    let Some(text) = host.map(str::trim) else {
+        return Ok(Vec::new());
+    };
+    let bare = text
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(text);
+    if let Ok(ip) = bare.parse::<IpAddr>() {
+        return Ok(vec![ip]);
+    }
+    let hint = "give an IP address, or a name the system resolver knows (/etc/hosts, DNS); the \
+                names in a capture are those of its time and place, so an address is surer";
+    if bare.is_empty() || bare.contains(|c: char| c.is_whitespace() || c == '/' || c == ':') {
+        return Err(CliError::usage(format!(
+            "--host {text:?} is neither an IP address nor a host name"
+        ))
+        .hint(hint)
+        .into());
+    }
+    let resolved = (bare, 0u16).to_socket_addrs().map_err(|e| {
+        CliError::new(
+            ErrorKind::Resolve,
+            format!(
+                "--host {bare:?} does not resolve: {}",
+                crate::error::without_os_error(&e.to_string())
+            ),
+        )
+        .hint(hint)
+    })?;
+    let mut addrs: Vec<IpAddr> = Vec::new();
+    for a in resolved {
+        if !addrs.contains(&a.ip()) {
+            addrs.push(a.ip());
+        }
+    }
+    if addrs.is_empty() {
+        return Err(CliError::new(
+            ErrorKind::Resolve,
+            format!("--host {bare:?} has no address"),
+        )
+        .hint(hint)
+        .into());
+    }
+    if !global.json && !global.quiet {
+        let list: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+        eprintln!("pathdoc: --host {bare} = {}", list.join(", "));
+    }
+    Ok(addrs)
+}
+
+/// `data.analyze.filter`: the selection as given, and the addresses a `--host` name stood for.
+fn filter_json(args: &AnalyzeArgs, hosts: &[IpAddr]) -> serde_json::Value {
+    json!({
+        "conn": args.conn,
+        "host": args.host,
+        "host_addresses": hosts,
+        "port": args.port,
+    })
 }
 
 /// A damaged capture is also said on stderr, whatever the report shows.
@@ -110,6 +177,8 @@ pub struct Pass {
     pub interrupted: bool,
     pub elapsed_s: f64,
     pub bytes_read: u64,
+    /// A `--conn`/`--host`/`--port` selection was given.
+    pub filtered: bool,
 }
 
 /// Read and analyse one capture, streaming `--flags` rows when asked.
@@ -135,6 +204,7 @@ pub fn analyze_file(
         ),
         pathdoc_capture::CaptureFormat::PcapNg => "pcapng".into(),
     };
+    let filtered = !opts.filter.is_empty();
     let mut analyzer = Analyzer::new(opts);
     let started = Instant::now();
     let mut last_progress = Instant::now();
@@ -191,11 +261,16 @@ pub fn analyze_file(
         interrupted,
         elapsed_s: started.elapsed().as_secs_f64(),
         bytes_read,
+        filtered,
     })
 }
 
 /// Findings of one or two passes plus the capture-level ones, and the `data.analyze` document.
-fn build_report(passes: &[Pass], comparison: Option<compare::Comparison>) -> Report {
+fn build_report(
+    passes: &[Pass],
+    comparison: Option<compare::Comparison>,
+    filter: serde_json::Value,
+) -> Report {
     let target = passes
         .iter()
         .map(|p| p.name.as_str())
@@ -263,6 +338,7 @@ fn build_report(passes: &[Pass], comparison: Option<compare::Comparison>) -> Rep
             "elapsed_s": p.elapsed_s,
             "error": p.error.as_ref().map(|e| e.to_string()),
             "error_offset": p.error.as_ref().and_then(|e| e.offset()),
+            "damage": p.error.as_ref().map(damage_kind),
             "interrupted": p.interrupted,
             "connections": p.analysis.listed.iter().map(|l| &l.summary).collect::<Vec<_>>(),
             "icmp": p.analysis.icmp,
@@ -275,6 +351,7 @@ fn build_report(passes: &[Pass], comparison: Option<compare::Comparison>) -> Rep
     report.data.insert(
         "analyze".into(),
         json!({
+            "filter": filter,
             "captures": captures,
             "comparison": comparison,
         }),
@@ -296,41 +373,57 @@ fn status_rank(s: Status) -> u8 {
     }
 }
 
+/// A capture that could not be read to its end. Its status is INCONCLUSIVE whatever the
+/// damage: the packets before it are analysed as usual, but "no problem" needs the whole file,
+/// so a damaged capture never exits 0 (1 when what was read shows a problem, else 3).
 fn damage_finding(p: &Pass, e: &CaptureError, side: &str) -> Finding {
     let truncated = matches!(e, CaptureError::Truncated { .. });
+    let id = if truncated {
+        "capture-truncated"
+    } else {
+        "capture-damaged"
+    };
+    let offset = e.offset().unwrap_or(0);
+    let what = if truncated {
+        "is truncated: it ends in the middle of a packet"
+    } else {
+        "is damaged"
+    };
     Finding::new(
         "analyze",
-        if truncated {
-            "capture-truncated"
-        } else {
-            "capture-damaged"
-        },
-        if truncated {
-            Status::Info
-        } else {
-            Status::Inconclusive
-        },
+        id,
+        Status::Inconclusive,
         format!(
-            "{}{side} {} at byte {}: analysed the {} packets before it",
-            p.name,
-            if truncated {
-                "ends mid-packet"
-            } else {
-                "is damaged"
-            },
-            e.offset().unwrap_or(0),
-            p.analysis.totals.packets
+            "{}{side} {what} at byte {offset}; the results cover only the {} packets before it",
+            p.name, p.analysis.totals.packets
         ),
     )
-    .summary(e.to_string())
+    .requirement("a verdict of \"no problem\" needs the whole capture: what went wrong may be in the part that could not be read")
+    .summary(format!(
+        "{e}. Findings from those packets stand; the rest of the capture is unknown.{}",
+        if truncated {
+            " A capture is cut like this when tcpdump is killed (kill -9, a full disk) or the file is copied while still being written; stop tcpdump with Ctrl-C or SIGTERM so it writes its last packet."
+        } else {
+            ""
+        }
+    ))
     .evidence(Evidence::new(
         "byte offset of the damage",
-        Quantity::Count(e.offset().unwrap_or(0)),
+        Quantity::Count(offset),
     ))
     .evidence(Evidence::new(
         "packets analysed",
         Quantity::Count(p.analysis.totals.packets),
     ))
+}
+
+/// `data.analyze.captures[].damage`: how the capture is damaged, for scripts.
+fn damage_kind(e: &CaptureError) -> &'static str {
+    match e {
+        CaptureError::Truncated { .. } => "truncated",
+        CaptureError::Corrupt { .. } => "corrupt",
+        _ => "read-error",
+    }
 }
 
 fn overview_finding(p: &Pass, side: &str) -> Finding {
@@ -349,8 +442,16 @@ fn overview_finding(p: &Pass, side: &str) -> Finding {
         "capture-overview",
         status,
         format!(
-            "{}{side}: {} TCP connections, {} with findings, {} healthy",
-            p.name, t.connections, t.connections_with_findings, t.healthy_connections
+            "{}{side}: {} TCP connections, {} with findings, {} healthy{}",
+            p.name,
+            t.connections,
+            t.connections_with_findings,
+            t.healthy_connections,
+            if p.filtered {
+                format!("; {} selected by the filter", t.matched_filter)
+            } else {
+                String::new()
+            }
         ),
     )
     .summary(format!(
@@ -463,13 +564,14 @@ fn run_pair(args: &AnalyzeArgs, global: Global) -> anyhow::Result<i32> {
     if args.captures.iter().any(|c| c == "-") {
         anyhow::bail!("comparing two captures needs two files (each is read twice); standard input cannot be one of them");
     }
+    let hosts = host_filter(args.host.as_deref(), global)?;
     let progress = TerminalProgress::new(global);
     let mut passes = Vec::new();
     for name in &args.captures {
         let opts = Options {
             filter: Filter {
                 ids: Vec::new(),
-                host: args.host,
+                hosts: hosts.clone(),
                 port: args.port,
             },
             list_all: true,
@@ -491,7 +593,7 @@ fn run_pair(args: &AnalyzeArgs, global: Global) -> anyhow::Result<i32> {
     .context("comparing the two captures")?;
     progress.finish();
     passes.iter().for_each(warn_damage);
-    let report = build_report(&passes, Some(comparison));
+    let report = build_report(&passes, Some(comparison), filter_json(args, &hosts));
     render(&report, global);
     super::report_capture::write_html(&args.html, &args.captures, &report)?;
     let _ = std::io::stderr().is_terminal();

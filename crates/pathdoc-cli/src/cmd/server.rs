@@ -167,6 +167,11 @@ pub fn run(args: ServerArgs, global: Global) -> anyhow::Result<i32> {
         // Under JSON logs every line on stderr is JSON, the last words included.
         Err(e) if format == LogFormat::Json => {
             tracing::error!(error = %format!("{e:#}"), "pathdoc server cannot run");
+            // `--json` also promises the error document on stdout, as every command gives it.
+            if global.json {
+                let err = crate::error::CliError::from_anyhow(&e);
+                crate::output::print_error(&err, "server", global);
+            }
             Ok(2)
         }
         Err(e) => Err(e),

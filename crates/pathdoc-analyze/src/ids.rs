@@ -1,0 +1,85 @@
+//! Every finding id `pathdoc analyze` can emit — from the diagnosis ([`crate::diagnose`]), the
+//! comparison of two captures ([`crate::compare`]) and the command itself (capture-level
+//! findings in pathdoc-cli) — with its meaning. docs/output.md lists exactly these, and
+//! pathdoc-cli's `finding_ids` test checks both against every `Finding::new` of the sources.
+
+use pathdoc_core::FindingId;
+
+pub const FINDING_IDS: &[FindingId] = &[
+    // Per connection and direction (diagnose).
+    FindingId {
+        id: "tcp-loss-one-direction",
+        meaning: "≥ 50 data segments and ≥ 1 % of them sent again in a direction, with the receiver's duplicate ACKs and Mathis' bound: WARN; FAIL when the loss explains the goodput",
+    },
+    FindingId {
+        id: "receive-window-limited",
+        meaning: "little loss and the goodput at window/RTT, or the window ≥ 90 % full most of the time; says the BDP needed: WARN",
+    },
+    FindingId {
+        id: "zero-window-stall",
+        meaning: "the receiver closed its window for ≥ 0.5 s at a stretch or ≥ 25 % of the connection: its application stopped reading: WARN",
+    },
+    FindingId {
+        id: "idle-death",
+        meaning: "after an idle time, one side's keepalives/retransmissions got no answer, then a RST or the end of the capture (RFC 5382 REQ-5): FAIL; INCONCLUSIVE when both sides probed",
+    },
+    FindingId {
+        id: "rst-injected",
+        meaning: "the RST that ended the connection has another TTL than every other packet of the side it claims to come from: a middlebox sent it: FAIL",
+    },
+    FindingId {
+        id: "pmtud-black-hole",
+        meaning: "a full-size packet retransmitted without ACK while small packets pass; MTU from the ICMP too-big or bounded by the largest packet acknowledged: FAIL; INCONCLUSIVE when offload hides wire sizes",
+    },
+    FindingId {
+        id: "pmtud-too-big-ignored",
+        meaning: "ICMP too-big reached the sender's capture, yet it kept sending larger packets (or shrank them step by step): FAIL; INCONCLUSIVE when only offload-sized packets show it",
+    },
+    FindingId {
+        id: "capture-offload",
+        meaning: "segments larger than the peer's MSS: captured on a host with TSO/GSO/GRO, sizes are not wire sizes: INFO",
+    },
+    // Per host pair (diagnose).
+    FindingId {
+        id: "loss-concentrated-one-direction",
+        meaning: "between two hosts, over all their connections, one direction loses ≥ 1 % and the other under a quarter of that (seed 001): FAIL",
+    },
+    // Two captures of one path (compare).
+    FindingId {
+        id: "lost-between-captures",
+        meaning: "packets that left one end's capture and never appeared in the other's, per direction and kind, and whether after an idle time: FAIL; WARN for a small share",
+    },
+    FindingId {
+        id: "mss-clamped",
+        meaning: "the MSS option of a SYN differs between the two captures: a router between them clamps it: INFO",
+    },
+    FindingId {
+        id: "after-other-capture",
+        meaning: "packets sent after the other capture's last packet: whether they arrived cannot be told: INCONCLUSIVE",
+    },
+    FindingId {
+        id: "captures-not-matched",
+        meaning: "no connection appears in both captures: INCONCLUSIVE",
+    },
+    // The capture itself (pathdoc-cli's analyze command).
+    FindingId {
+        id: "capture-overview",
+        meaning: "connections and Wireshark's flag totals of a capture: PASS when no connection has findings, else INFO",
+    },
+    FindingId {
+        id: "capture-truncated",
+        meaning: "the file ends mid-record (e.g. tcpdump killed); the packets before it were analysed: INCONCLUSIVE, so a damaged capture never exits 0",
+    },
+    FindingId {
+        id: "capture-damaged",
+        meaning: "a corrupt record or a read error at the named byte offset; the packets before it were analysed: INCONCLUSIVE",
+    },
+    FindingId {
+        id: "no-tcp",
+        meaning: "the capture holds no TCP packet: INCONCLUSIVE",
+    },
+    FindingId {
+        id: "analysis-interrupted",
+        meaning: "Ctrl-C/SIGTERM stopped the reading; the results cover the packets read until then: INCONCLUSIVE",
+    },
+];
