@@ -9,6 +9,8 @@ use crate::path::PathInfo;
 use crate::plot::{hex, Body, Figure, Mark, Series};
 
 const CSS: &str = include_str!("style.css");
+/// Evidence values up to this many characters never wrap (numbers with units); longer ones may.
+const SHORT_VALUE_CHARS: usize = 28;
 
 /// Escape text for HTML element content and attribute values.
 pub fn esc(text: &str) -> String {
@@ -184,11 +186,19 @@ fn finding(s: &mut String, i: usize, f: &Finding) {
     if !f.evidence.is_empty() {
         s.push_str("<table class=\"evidence\">\n<thead><tr><th>measured</th><th>value</th><th>how</th></tr></thead>\n<tbody>\n");
         for e in &f.evidence {
+            let value = e.value.to_string();
+            // Numbers stay on one line; a long text value (an address list, a cipher name) wraps
+            // instead of pushing the table past the page's right edge.
+            let class = if value.chars().count() <= SHORT_VALUE_CHARS {
+                "value"
+            } else {
+                "value long"
+            };
             let _ = writeln!(
                 s,
-                "<tr><td>{}</td><td class=\"value\">{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td class=\"{class}\">{}</td><td>{}</td></tr>",
                 esc(&e.name),
-                esc(&e.value.to_string()),
+                esc(&value),
                 esc(e.detail.as_deref().unwrap_or(""))
             );
         }
@@ -365,5 +375,21 @@ mod tests {
             esc("<a href=\"x\">&'"),
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
         );
+    }
+
+    #[test]
+    fn long_text_evidence_may_wrap_and_numbers_do_not() {
+        use pathdoc_core::{Evidence, Quantity};
+        let f = Finding::new("mtu", "x", Status::Info, "t")
+            .evidence(Evidence::new("rate", Quantity::Goodput(4.75e8)))
+            .evidence(Evidence::new(
+                "addresses",
+                Quantity::Text("203.0.113.10, 2001:db8::10, 198.51.100.77, 192.0.2.1".into()),
+            ));
+        let mut s = String::new();
+        finding(&mut s, 0, &f);
+        assert_eq!(s.matches("class=\"value\"").count(), 1, "{s}");
+        assert_eq!(s.matches("class=\"value long\"").count(), 1, "{s}");
+        assert!(CSS.contains("td.value.long { white-space: normal; }"));
     }
 }

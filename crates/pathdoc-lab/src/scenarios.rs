@@ -20,10 +20,10 @@ pub struct ScenarioInfo {
 pub const SCENARIOS: &[ScenarioInfo] = &[
     ScenarioInfo {
         name: "clean",
-        summary: "home NAT with generous timeouts and a 5 ms RTT: the false-alarm control",
+        summary: "home NAT with generous timeouts, a 500 Mbit/s line and a 5 ms RTT: the false-alarm control",
         seed: "control: every check must come back healthy here",
         toml: r#"
-description = "home NAT, no faults, 5 ms RTT: the false-alarm control"
+description = "home NAT, 500 Mbit/s line, no faults, 5 ms RTT: the false-alarm control"
 [[hop]]
 kind = "nat"
 # Linux's default UDP timeouts (30 s after one exchange, 120 s for streams) are below RFC 4787
@@ -31,6 +31,9 @@ kind = "nat"
 conntrack = { udp = 300, udp_stream = 300 }
 [[link]]
 [[link]]
+# A real line has a rate. Unshaped veth runs as fast as the lab host's CPUs, and on a 2-core
+# machine that runs both ends, that makes CPU and buffers (truthfully) the limit: not a control.
+rate = "500 Mbit/s"
 delay_ms = 2.5
 "#,
     },
@@ -217,6 +220,6 @@ mod tests {
             .unwrap()
             .describe_faults()
             .iter()
-            .all(|f| f.contains("NAT") || f.contains("delay")));
+            .all(|f| f.contains("NAT") || f.contains("delay") || f.contains("rate")));
     }
 }
