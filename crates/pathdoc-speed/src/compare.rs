@@ -41,6 +41,14 @@ fn fault_remedies(slow: &DirectionResult) -> Vec<Remedy> {
 
 /// Compare the directions of a two-way test.
 pub fn diagnose_asymmetry(upload: &DirectionResult, download: &DirectionResult) -> Option<Finding> {
+    // A direction that delivered nothing has its own INCONCLUSIVE finding (and, on a black-holed
+    // path, the MTU check's verdict); a ratio against nothing is no evidence of anything more.
+    if [upload, download]
+        .iter()
+        .any(|d| d.duration_s <= 0.0 || d.payload_bytes == 0)
+    {
+        return None;
+    }
     let (bu, bd) = (Basis::of(upload), Basis::of(download));
     let ((slow, bs), (fast, bf)) = if bu.rate_bps <= bd.rate_bps {
         ((upload, &bu), (download, &bd))
@@ -390,6 +398,19 @@ mod tests {
         }
         // Alike rates, no loss: nothing to say.
         assert!(diagnose_asymmetry(&upload(direction(60e6)), &direction(61e6)).is_none());
+    }
+
+    #[test]
+    fn a_direction_that_delivered_nothing_is_no_asymmetry() {
+        // A black-holed download: the sender retransmitted, nothing arrived. Its own finding is
+        // INCONCLUSIVE ("no data"); an asymmetry WARN beside it would blame a one-way fault.
+        let mut down = direction(0.0);
+        path_loss(&mut down, 40);
+        down.payload_bytes = 0;
+        assert!(diagnose_asymmetry(&upload(direction(90e6)), &down).is_none());
+        let mut up = upload(direction(90e6));
+        up.duration_s = 0.0;
+        assert!(diagnose_asymmetry(&up, &direction(90e6)).is_none());
     }
 
     #[test]
