@@ -7,6 +7,7 @@ use std::fmt;
 use pathdoc_lab::LabError;
 use pathdoc_proto::preflight::{AttemptError, PreflightError};
 use pathdoc_proto::RefusalCode;
+use pathdoc_ssh::SshError;
 use serde::Serialize;
 
 /// Schema tag of the error document.
@@ -38,6 +39,12 @@ pub enum ErrorKind {
     MissingTool,
     /// A lab operation failed (no such lab, name taken, a command failed).
     Lab,
+    /// SSH refused the far end's host key (changed, or not yet known).
+    SshHostKey,
+    /// The far end refused the SSH login.
+    SshLogin,
+    /// An SSH step failed: connecting, copying pathdoc, starting or talking to the far-end server.
+    Ssh,
     /// Anything else (I/O, internal).
     Other,
 }
@@ -88,6 +95,9 @@ impl CliError {
             if let Some(e) = cause.downcast_ref::<LabError>() {
                 return from_lab(e, &format!("{err:#}"));
             }
+            if let Some(e) = cause.downcast_ref::<SshError>() {
+                return CliError::new(ssh_kind(e), without_os_error(&format!("{err:#}")));
+            }
         }
         CliError::new(ErrorKind::Other, without_os_error(&format!("{err:#}")))
     }
@@ -114,6 +124,24 @@ fn from_lab(e: &LabError, full: &str) -> CliError {
         _ => ErrorKind::Lab,
     };
     CliError::new(kind, full.to_string())
+}
+
+fn ssh_kind(e: &SshError) -> ErrorKind {
+    match e {
+        SshError::NoSsh(_) | SshError::ArchMismatch { .. } => ErrorKind::MissingTool,
+        SshError::BadDestination { .. } => ErrorKind::Usage,
+        SshError::HostKeyMismatch { .. } | SshError::HostKeyUnknown { .. } => ErrorKind::SshHostKey,
+        SshError::LoginRefused { .. } => ErrorKind::SshLogin,
+        // The far-end server started, but its port is not reachable from here.
+        SshError::PortBlocked { .. } => ErrorKind::Unreachable,
+        SshError::Connect { .. }
+        | SshError::Timeout { .. }
+        | SshError::ForeignFile { .. }
+        | SshError::Copy { .. }
+        | SshError::ServerStart { .. }
+        | SshError::Remote { .. }
+        | SshError::Io { .. } => ErrorKind::Ssh,
+    }
 }
 
 /// "Connection refused (os error 111)" → "connection refused": the errno is noise to a user.
@@ -291,5 +319,39 @@ mod tests {
         let c = from_preflight("192.0.2.7:7224", "192.0.2.7", 7224, &e);
         assert_eq!(c.kind, ErrorKind::ServerRefused);
         assert!(!c.message.contains("LimitExceeded"), "{}", c.message);
+    }
+
+    /// SSH failures used to come out as `"kind": "other"`, which a script cannot branch on.
+    #[test]
+    fn ssh_errors_have_kinds_scripts_can_branch_on() {
+        let kind = |e: SshError| {
+            let err = anyhow::Error::new(e).context("pathdoc ssh nas");
+            CliError::from_anyhow(&err).kind
+        };
+        let host_key = SshError::HostKeyMismatch {
+            host: "nas".into(),
+            detail: "REMOTE HOST IDENTIFICATION HAS CHANGED".into(),
+        };
+        assert_eq!(kind(host_key), ErrorKind::SshHostKey);
+        let login = SshError::LoginRefused {
+            dest: "u@nas".into(),
+            detail: "Permission denied (publickey).".into(),
+        };
+        assert_eq!(kind(login), ErrorKind::SshLogin);
+        let blocked = SshError::PortBlocked {
+            dest: "nas".into(),
+            addr: "192.0.2.7:7224".parse().unwrap(),
+            port: 7224,
+            detail: "timed out".into(),
+            proxied: String::new(),
+        };
+        assert_eq!(kind(blocked), ErrorKind::Unreachable);
+        let connect = SshError::Connect {
+            dest: "nas".into(),
+            detail: "Connection timed out".into(),
+        };
+        assert_eq!(kind(connect), ErrorKind::Ssh);
+        let json = serde_json::to_value(ErrorKind::SshHostKey).unwrap();
+        assert_eq!(json, "ssh-host-key");
     }
 }

@@ -195,6 +195,16 @@ fn assert_exit_2(l: &SshLab, args: &[&str], needle: &str) {
     assert!(!err.contains("panicked"), "{err}");
 }
 
+/// The same failure under `--json`: a `pathdoc.error/1` document whose kind a script can branch on.
+fn assert_error_kind(l: &SshLab, args: &[&str], kind: &str) {
+    let args = [args, &["--json"]].concat();
+    let (code, out, err) = l.pathdoc(&args, Duration::from_secs(60));
+    assert_eq!(code, 2, "{args:?}: exit {code}\nstdout {out}\nstderr {err}");
+    let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(doc["schema"], "pathdoc.error/1", "{doc:#}");
+    assert_eq!(doc["error"]["kind"], kind, "{doc:#}");
+}
+
 #[test]
 fn bad_host_key_refused_login_other_arch_and_blocked_port_are_clear_errors() {
     let l = SshLab::up("err", with_sshd("clean"));
@@ -219,6 +229,11 @@ fn bad_host_key_refused_login_other_arch_and_blocked_port_are_clear_errors() {
         &["check", "--ssh", "server", "-o", &opt, "--mtu"],
         "does not match",
     );
+    assert_error_kind(
+        &l,
+        &["check", "--ssh", "server", "-o", &opt, "--mtu"],
+        "ssh-host-key",
+    );
 
     // sshd admits only root.
     assert_exit_2(
@@ -226,6 +241,7 @@ fn bad_host_key_refused_login_other_arch_and_blocked_port_are_clear_errors() {
         &["check", "--ssh", "nobody@server", "--mtu"],
         "refused the SSH login",
     );
+    assert_error_kind(&l, &["ssh", "nobody@server"], "ssh-login");
 
     // A far end whose `uname -m` says riscv64: a second sshd whose sessions see a shim first.
     let shim = dir.join("shim");
