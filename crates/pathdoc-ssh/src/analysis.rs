@@ -121,7 +121,7 @@ fn busiest(s: &Steady) -> Option<(Side, f64)> {
 pub fn cipher_table(way: Way, transfers: &[Transfer]) -> Vec<CipherResult> {
     let mut out: Vec<CipherResult> = transfers
         .iter()
-        .filter(|t| t.way == way)
+        .filter(|t| t.way == way && judgeable(t))
         .filter_map(|t| {
             let st = t.steady.as_ref()?;
             let sat = busiest(st).map(|(_, s)| s);
@@ -194,15 +194,49 @@ fn cpu_detail(c: &SideCpu) -> String {
     parts.join("; ")
 }
 
+/// A transfer the user interrupted is judged only when its steady part lasted this long: a
+/// fraction of a second of samples says nothing about which limit holds.
+pub const MIN_INTERRUPTED_STEADY_S: f64 = 1.0;
+
+/// Whether a transfer has a steady part worth a verdict.
+fn judgeable(t: &Transfer) -> bool {
+    match &t.steady {
+        None => false,
+        Some(st) if t.incomplete.as_deref() == Some(INTERRUPTED) => {
+            st.to - st.from >= MIN_INTERRUPTED_STEADY_S
+        }
+        Some(_) => true,
+    }
+}
+
+/// The `incomplete` reason of a transfer the user interrupted.
+pub const INTERRUPTED: &str = "interrupted";
+
 /// The verdict for one direction.
 pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
     let way = input.way;
     let mine: Vec<&Transfer> = input.transfers.iter().filter(|t| t.way == way).collect();
     let default = mine
         .iter()
-        .find(|t| t.requested_cipher.is_none() && t.steady.is_some())
-        .or_else(|| mine.iter().find(|t| t.steady.is_some()));
+        .find(|t| t.requested_cipher.is_none() && judgeable(t))
+        .or_else(|| mine.iter().find(|t| judgeable(t)));
     let Some(def) = default.copied() else {
+        if !mine.is_empty()
+            && mine
+                .iter()
+                .all(|t| t.incomplete.as_deref() == Some(INTERRUPTED))
+        {
+            return Finding::new(
+                CHECK,
+                pathdoc_core::report::CHECK_INTERRUPTED,
+                Status::Info,
+                format!("SSH {}: interrupted too early to judge", way.label()),
+            )
+            .direction(way.direction())
+            .summary(format!(
+                "The transfer was interrupted before it had {MIN_INTERRUPTED_STEADY_S:.0} s of steady samples; no verdict is drawn from less."
+            ));
+        }
         let why: Vec<String> = mine.iter().filter_map(|t| t.incomplete.clone()).collect();
         return Finding::new(
             CHECK,
@@ -1170,6 +1204,26 @@ mod tests {
         );
         let f = judge(Way::Upload, Some(4e9), None, &[]);
         assert_eq!(f.status, Status::Inconclusive);
+    }
+
+    /// Ctrl-C 0.3 s into the steady part used to give a confident verdict from that sliver.
+    #[test]
+    fn an_interrupted_transfer_is_judged_only_with_a_second_of_steady_samples() {
+        let mut short = steady(94.7e6, 0.1, 0.1, 5.0);
+        short.to = short.from + 0.3;
+        let mut t = transfer(Way::Upload, None, "aes128-gcm@openssh.com", short);
+        t.incomplete = Some(INTERRUPTED.into());
+        let f = judge(Way::Upload, Some(93.8e6), None, std::slice::from_ref(&t));
+        assert_eq!(
+            (f.id.as_str(), f.status),
+            (pathdoc_core::report::CHECK_INTERRUPTED, Status::Info),
+            "{}",
+            f.title
+        );
+        // Interrupted after enough steady samples: judged as usual.
+        t.steady.as_mut().unwrap().to = 4.0;
+        let f = judge(Way::Upload, Some(93.8e6), None, &[t]);
+        assert_eq!(f.id, "ssh-network-limited");
     }
 
     /// The ids the verdicts above produce are exactly [`FINDING_IDS`].

@@ -114,6 +114,20 @@ impl SshReport {
         let mut out = vec![analysis::versions_finding(client_version, server_version)];
         for way in [Way::Upload, Way::Download] {
             if !self.transfers.iter().any(|t| t.way == way) {
+                if self.interrupted {
+                    out.push(
+                        Finding::new(
+                            analysis::CHECK,
+                            pathdoc_core::report::CHECK_NOT_RUN,
+                            pathdoc_core::Status::Info,
+                            format!(
+                                "SSH {}: not measured, interrupted before it started",
+                                way.label()
+                            ),
+                        )
+                        .direction(way.direction()),
+                    );
+                }
                 continue;
             }
             out.push(analysis::diagnose_direction(&analysis::DirectionInput {

@@ -260,7 +260,7 @@ pub fn run(
             break;
         }
         if cancel.is_cancelled() {
-            incomplete = Some("interrupted".to_string());
+            incomplete = Some(crate::analysis::INTERRUPTED.to_string());
             break;
         }
         if t >= cut_at {
