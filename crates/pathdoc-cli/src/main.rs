@@ -57,7 +57,7 @@ enum Command {
     /// What caps bulk transfers over SSH to a host: cipher/CPU, channel window, TCP buffers or
     /// the network (uses your ssh; nothing to install on the far end).
     #[command(
-        after_help = "Examples:\n  pathdoc ssh backup@nas.example.net          # both directions, 4 ciphers, ~1 min\n  pathdoc ssh nas -o ProxyJump=bastion -t 8s  # ssh options pass through\n  pathdoc ssh nas --ssh-clean                 # remove the pathdoc copied to nas\n\nExit codes: 0 no problem, 1 problem found, 2 could not run, 3 inconclusive."
+        after_help = "Examples:\n  pathdoc ssh backup@nas.example.net          # both directions, 4 ciphers, ~1 min\n  pathdoc ssh nas -o ProxyJump=bastion -t 8s  # ssh options pass through\n  pathdoc ssh nas --report nas.html           # also an HTML report with the cipher chart\n  pathdoc ssh nas --ssh-clean                 # remove the pathdoc copied to nas\n\nExit codes: 0 no problem, 1 problem found, 2 could not run, 3 inconclusive, 130 interrupted."
     )]
     Ssh(cmd::ssh::SshArgs),
     /// Re-read a saved `--json` report: print it as text, or write it as HTML with `-o`.

@@ -332,7 +332,26 @@ fn evidence(f: &Value, prefix: &str) -> Option<f64> {
 fn window_limited_scenario_is_channel_window_limited() {
     let _serial = support::serial();
     let l = SshLab::up("win", Topology::scenario("ssh-window-limited").unwrap());
-    let report = ssh_report(&l, &["-t", "4s", "--ciphers", "aes128-gcm@openssh.com"]);
+    let html = Path::new(&l.config()).parent().unwrap().join("win.html");
+    let html_arg = html.display().to_string();
+    let report = ssh_report(
+        &l,
+        &[
+            "-t",
+            "4s",
+            "--ciphers",
+            "aes128-gcm@openssh.com",
+            "--report",
+            &html_arg,
+        ],
+    );
+    // The HTML report draws the cipher chart per direction with the window line the text states.
+    let page = std::fs::read_to_string(&html).expect("pathdoc ssh --report wrote the page");
+    for id in ["plot-ssh-ciphers-upload", "plot-ssh-ciphers-download"] {
+        assert!(page.contains(&format!("id=\"{id}\"")), "{id} missing");
+    }
+    assert!(page.contains("SSH channel window / RTT ceiling"));
+    assert!(page.contains("aes128-gcm@openssh.com"));
     for dir in ["client-to-server", "server-to-client"] {
         let f = verdict(&report, dir);
         assert_eq!(f["id"], "ssh-window-limited", "{dir}: {f:#}");

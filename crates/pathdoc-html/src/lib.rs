@@ -10,7 +10,7 @@ pub mod path;
 pub mod plot;
 pub mod view;
 
-use pathdoc_core::Report;
+use pathdoc_core::{Direction, Quantity, Report};
 
 pub use plot::{Body, Figure, Series};
 
@@ -26,8 +26,30 @@ pub fn figures(report: &Report) -> Vec<Figure> {
         report,
         "throughput",
     )));
+    figures.extend(plot::ssh::figures(
+        &view::section(report, "ssh"),
+        [
+            ssh_window_ceiling(report, Direction::ClientToServer),
+            ssh_window_ceiling(report, Direction::ServerToClient),
+        ],
+    ));
     figures.extend(plot::stevens::figures(&view::section(report, "analyze")));
     figures
+}
+
+/// The window / RTT ceiling the SSH verdict of one direction computed (its evidence), so the
+/// chart draws the same figure the text states.
+fn ssh_window_ceiling(report: &Report, direction: Direction) -> Option<f64> {
+    report
+        .findings
+        .iter()
+        .filter(|f| f.check == "ssh" && f.direction == Some(direction))
+        .flat_map(|f| f.evidence.iter())
+        .find(|e| e.name == "window / RTT ceiling")
+        .and_then(|e| match e.value {
+            Quantity::Rate(r) | Quantity::Goodput(r) => Some(r),
+            _ => None,
+        })
 }
 
 /// The whole HTML document for `report`.

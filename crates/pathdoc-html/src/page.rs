@@ -267,8 +267,9 @@ fn path_section(s: &mut String, path: &PathInfo) {
     }
     let _ = writeln!(
         s,
-        "<tr><td>server</td><td>{}</td><td>pathdoc server</td><td></td></tr>",
-        esc(&path.server)
+        "<tr><td>server</td><td>{}</td><td>{}</td><td></td></tr>",
+        esc(&path.server),
+        esc(path.server_kind)
     );
     s.push_str("</tbody>\n</table>\n");
     if path.hops.is_empty() {

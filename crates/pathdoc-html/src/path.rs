@@ -19,6 +19,8 @@ pub struct Hop {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PathInfo {
     pub server: String,
+    /// What the far end is, in words: the report's command decides (a pathdoc server, an sshd).
+    pub server_kind: &'static str,
     /// The client's address and port as the server saw it (after any NAT).
     pub client_public: Option<String>,
     pub hops: Vec<Hop>,
@@ -30,6 +32,11 @@ impl PathInfo {
         let mtu: Section<Mtu> = section(report, "mtu");
         let mut path = PathInfo {
             server: report.target.clone(),
+            server_kind: match report.command.as_str() {
+                "ssh" => "SSH server (sshd); a temporary pathdoc server beside it for raw TCP",
+                "analyze" => "the captured connections' far end",
+                _ => "pathdoc server",
+            },
             client_public: mtu
                 .read()
                 .and_then(|m| m.client_observed.clone())

@@ -3,7 +3,7 @@
 //! `pathdoc.report/1`; a plot whose data is missing or unreadable says so instead of failing.
 //!
 //! Layouts: docs/throughput.md (`data.throughput`), docs/idle.md (`data.idle`), docs/mtu.md
-//! (`data.mtu`), docs/analyze.md (`data.analyze`).
+//! (`data.mtu`), docs/analyze.md (`data.analyze`), docs/ssh.md (`data.ssh`).
 
 use pathdoc_core::Report;
 use serde::de::DeserializeOwned;
@@ -430,6 +430,65 @@ impl Segment {
 impl Ack {
     pub fn has(&self, flag: &str) -> bool {
         self.flags.iter().any(|f| f == flag)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SSH (`data.ssh`, docs/ssh.md)
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Ssh {
+    pub raw_tcp: SshRawTcp,
+    pub transfers: Vec<SshTransfer>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SshRawTcp {
+    pub upload_bps: Option<f64>,
+    pub download_bps: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SshTransfer {
+    /// `upload` or `download`.
+    pub way: Option<String>,
+    pub requested_cipher: Option<String>,
+    pub requested_mac: Option<String>,
+    pub steady: Option<SshSteady>,
+    pub log: SshLog,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SshSteady {
+    pub rate_bps: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SshLog {
+    pub client_to_server: Option<SshNegotiated>,
+    pub server_to_client: Option<SshNegotiated>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SshNegotiated {
+    pub cipher: Option<String>,
+}
+
+impl SshTransfer {
+    /// The cipher negotiated for the direction the data flowed.
+    pub fn negotiated(&self, way: &str) -> Option<String> {
+        let n = if way == "upload" {
+            self.log.client_to_server.as_ref()
+        } else {
+            self.log.server_to_client.as_ref()
+        };
+        n.and_then(|n| n.cipher.clone())
     }
 }
 

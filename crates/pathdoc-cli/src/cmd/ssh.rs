@@ -64,6 +64,8 @@ pub struct SshArgs {
     /// aes256-gcm, chacha20-poly1305 and aes128-ctr+umac-64-etm.
     #[arg(long, value_delimiter = ',')]
     pub ciphers: Option<Vec<String>>,
+    #[command(flatten)]
+    pub html: super::report_html::HtmlReportArgs,
 }
 
 /// What `--ssh` did for `check`/`speed`.
@@ -163,6 +165,8 @@ pub fn run(args: SshArgs, global: Global) -> anyhow::Result<i32> {
     if args.ssh.clean {
         return clean(&dest, global);
     }
+    // Before the minute of transfers: a report that cannot be written is known now.
+    let html = args.html.prepare()?;
     let ciphers = args.ciphers.map(|list| {
         list.into_iter()
             .map(|c| match c.split_once('+') {
@@ -194,7 +198,11 @@ pub fn run(args: SshArgs, global: Global) -> anyhow::Result<i32> {
         "ssh".into(),
         serde_json::to_value(&measured).context("encoding the SSH measurements")?,
     );
-    Ok(output::print_report(&report, global))
+    let code = output::print_report(&report, global);
+    if let Some(html) = html {
+        html.write(&report)?;
+    }
+    Ok(code)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 
 pub mod idle;
 pub mod mtu;
+pub mod ssh;
 pub mod stevens;
 pub mod throughput;
 
