@@ -121,6 +121,17 @@ fn ssh_bootstrap_gives_the_manual_servers_findings_and_leaves_only_the_cache() {
         assert_eq!(code, 0, "{:?}", ids(&report));
         report
     };
+    // A copy an older build left three days ago: pruned when this build is copied.
+    std::fs::create_dir_all(l.cache_dir()).unwrap();
+    let stale = l.cache_dir().join("pathdoc-0.0.1-x86_64-0123456789abcdef");
+    std::fs::write(&stale, b"old build").unwrap();
+    let three_days_ago = std::time::SystemTime::now() - Duration::from_secs(3 * 86_400);
+    std::fs::File::options()
+        .write(true)
+        .open(&stale)
+        .unwrap()
+        .set_modified(three_days_ago)
+        .unwrap();
     let (code, out, err) = l.pathdoc(
         &["check", "--ssh", "server", "--mtu", "--json"],
         Duration::from_secs(90),
@@ -130,9 +141,11 @@ fn ssh_bootstrap_gives_the_manual_servers_findings_and_leaves_only_the_cache() {
     assert_eq!(outcome(&via_ssh), outcome(&manual));
     assert!(!outcome(&manual).is_empty());
     l.assert_far_end_clean(Duration::from_secs(5));
-    // The copy stays in the far end's cache (and is reused), until --ssh-clean removes it.
+    // The copy stays in the far end's cache (and is reused), until --ssh-clean removes it; the
+    // stale copy of another build is gone.
     let cached: Vec<_> = std::fs::read_dir(l.cache_dir()).unwrap().collect();
     assert_eq!(cached.len(), 1, "{cached:?}");
+    assert!(!stale.exists(), "a copy unused for 3 days was kept");
     let (code, out, err) = l.pathdoc(
         &["speed", "--ssh", "server", "-t", "1s", "--json"],
         Duration::from_secs(60),

@@ -218,7 +218,7 @@ fn probe_script(name: &str) -> String {
         "{HASH_FN} echo arch=$(uname -m); echo os=$(uname -s); \
          c=${{XDG_CACHE_HOME:-$HOME/.cache}}/pathdoc; echo cache=$c; echo conn=$SSH_CONNECTION; \
          p=$(command -v pathdoc 2>/dev/null) && echo path=$p && echo path_version=$(\"$p\" --version 2>/dev/null); \
-         f=$c/{name}; if [ -e \"$f\" ]; then echo cached=$f; echo cached_sum=$(h < \"$f\" 2>/dev/null | cut -d\" \" -f1); fi; \
+         f=$c/{name}; if [ -e \"$f\" ]; then touch \"$f\" 2>/dev/null; echo cached=$f; echo cached_sum=$(h < \"$f\" 2>/dev/null | cut -d\" \" -f1); fi; \
          for t in sha256sum shasum; do command -v $t >/dev/null 2>&1 && echo hash=$t && break; done; echo end=1"
     )
 }
@@ -327,6 +327,27 @@ fn choose_binary(
     Ok((target, BinarySource::Copied))
 }
 
+/// Copies of other builds in the far end's cache (only names pathdoc writes, see
+/// [`cached_name`]) that no run has used for this many days are removed when a new build is
+/// copied: each build is ≈ 15 MiB, and a developer's far end would otherwise keep them all. A
+/// run touches its copy when it finds it, so "used" is the file's mtime.
+pub const STALE_DAYS: u32 = 1;
+const STALE_DAYS_MINUS_ONE: u32 = STALE_DAYS - 1;
+const STALE_PATTERN: &str = "pathdoc-*-*-????????????????";
+
+/// The far end's side of the copy: write to a temporary name, verify the checksum, link it
+/// into place only if nothing is there, prove it runs, then prune stale copies of other builds.
+fn copy_script(cache: &str, sum: &str, target: &str) -> String {
+    format!(
+        "{HASH_FN} set -e; umask 077; c=\"{cache}\"; mkdir -p \"$c\"; t=\"$c/.upload-$$\"; set -C; cat > \"$t\"; set +C; \
+         s=$(h < \"$t\" | cut -d\" \" -f1); \
+         if [ \"$s\" != \"{sum}\" ]; then rm -f \"$t\"; echo \"checksum-mismatch $s\"; exit 3; fi; \
+         chmod 700 \"$t\"; if ln \"$t\" \"{target}\" 2>/dev/null; then rm -f \"$t\"; else rm -f \"$t\"; echo exists; exit 4; fi; \
+         if v=$(\"{target}\" --version 2>&1); then echo \"version=$v\"; else rm -f \"{target}\"; echo \"does-not-run $v\"; exit 5; fi; \
+         find \"$c\" -maxdepth 1 -type f -name \"{STALE_PATTERN}\" ! -name \"$(basename \"{target}\")\" -mtime +{STALE_DAYS_MINUS_ONE} -exec rm -f {{}} + 2>/dev/null || true",
+    )
+}
+
 fn copy_binary(
     dest: &SshDest,
     facts: &RemoteFacts,
@@ -334,15 +355,7 @@ fn copy_binary(
     target: &str,
     deadline: Duration,
 ) -> Result<(), SshError> {
-    let script = format!(
-        "{HASH_FN} set -e; umask 077; c=\"{cache}\"; mkdir -p \"$c\"; t=\"$c/.upload-$$\"; set -C; cat > \"$t\"; set +C; \
-         s=$(h < \"$t\" | cut -d\" \" -f1); \
-         if [ \"$s\" != \"{sum}\" ]; then rm -f \"$t\"; echo \"checksum-mismatch $s\"; exit 3; fi; \
-         chmod 700 \"$t\"; if ln \"$t\" \"{target}\" 2>/dev/null; then rm -f \"$t\"; else rm -f \"$t\"; echo exists; exit 4; fi; \
-         if v=$(\"{target}\" --version 2>&1); then echo \"version=$v\"; else rm -f \"{target}\"; echo \"does-not-run $v\"; exit 5; fi",
-        cache = facts.cache_dir,
-        sum = local.sha256,
-    );
+    let script = copy_script(&facts.cache_dir, &local.sha256, target);
     // Room for a slow uplink: at least 1 Mbit/s for the binary on top of the step deadline.
     let budget = deadline + Duration::from_secs(local.bytes.len() as u64 * 8 / 1_000_000);
     let run = dest.run_remote(&["-T"], &sh(&script), Some(&local.bytes), budget)?;
@@ -580,6 +593,13 @@ mod tests {
     fn scripts_survive_single_quoting() {
         let s = probe_script("pathdoc-0.1.0-x86_64-0123456789abcdef");
         assert!(!s.contains('\''), "{s}");
+        let c = copy_script(
+            "/home/u/.cache/pathdoc",
+            "ab",
+            "/home/u/.cache/pathdoc/pathdoc-0.1.0-x86_64-0123456789abcdef",
+        );
+        assert!(!c.contains('\''), "{c}");
+        assert!(c.contains("-mtime +0"), "{c}");
         assert!(sh("echo hi").starts_with("exec /bin/sh -c 'echo hi'"));
     }
 
