@@ -258,4 +258,32 @@ mod tests {
     fn the_cli_definition_is_consistent() {
         cli_command().debug_assert();
     }
+
+    /// A flattened group's help heading carries over to the options after it: `speed --help`
+    /// once listed -R, -t and -P under "SSH". SSH options sit last, under their own heading; the
+    /// command's own options under none (or their check's).
+    #[test]
+    fn ssh_options_are_under_ssh_and_nothing_else_is() {
+        let cli = cli_command();
+        for sub in ["check", "speed", "ssh"] {
+            let cmd = cli.find_subcommand(sub).unwrap();
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                let is_ssh_option = matches!(
+                    id,
+                    "options" | "identity" | "config" | "server_port" | "clean"
+                );
+                let heading = arg.get_help_heading();
+                assert_eq!(
+                    heading == Some("SSH"),
+                    is_ssh_option,
+                    "{sub} --{}: heading {heading:?}",
+                    arg.get_long().unwrap_or(id)
+                );
+                if id == "report" {
+                    assert_eq!(heading, Some("Report"), "{sub}");
+                }
+            }
+        }
+    }
 }

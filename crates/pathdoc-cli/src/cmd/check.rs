@@ -41,8 +41,6 @@ pub struct CheckArgs {
     /// (nothing to install there; your ssh config, keys and known_hosts apply). docs/ssh.md.
     #[arg(long, value_name = "[USER@]HOST[:PORT]")]
     pub ssh: Option<String>,
-    #[command(flatten)]
-    pub ssh_opts: super::ssh::SshClientArgs,
     /// Run the path-MTU check (both directions, black holes, MSS clamping).
     #[arg(long)]
     pub mtu: bool,
@@ -60,6 +58,8 @@ pub struct CheckArgs {
     pub idle_opts: super::check_idle::IdleArgs,
     #[command(flatten)]
     pub html: super::report_html::HtmlReportArgs,
+    #[command(flatten)]
+    pub ssh_opts: super::ssh::SshClientArgs,
 }
 
 /// What a check module gets to run with.

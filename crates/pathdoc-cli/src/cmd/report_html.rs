@@ -11,6 +11,7 @@ use clap::Args;
 use pathdoc_core::Report;
 
 #[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Report")]
 pub struct HtmlReportArgs {
     /// Also write the report as one self-contained HTML file with plots (no network needed to
     /// open it: inline SVG and CSS), e.g. to mail to your ISP.

@@ -38,8 +38,6 @@ pub struct SpeedArgs {
     /// Start a temporary pathdoc server on [USER@]HOST[:PORT] over SSH and measure to it.
     #[arg(long, value_name = "[USER@]HOST[:PORT]")]
     pub ssh: Option<String>,
-    #[command(flatten)]
-    pub ssh_opts: super::ssh::SshClientArgs,
     /// Server → client (download) instead of client → server.
     #[arg(long, short = 'R', conflicts_with = "bidir")]
     pub reverse: bool,
@@ -72,6 +70,8 @@ pub struct SpeedArgs {
     pub interval: Duration,
     #[command(flatten)]
     pub html: super::report_html::HtmlReportArgs,
+    #[command(flatten)]
+    pub ssh_opts: super::ssh::SshClientArgs,
 }
 
 /// A congestion-control name as the kernel spells them (`cubic`, `bbr`, `reno`, `dctcp`…):

@@ -54,8 +54,6 @@ impl SshClientArgs {
 pub struct SshArgs {
     /// The far end: [user@]host[:port] (host may be an ssh_config alias).
     pub destination: String,
-    #[command(flatten)]
-    pub ssh: SshClientArgs,
     /// Length of each transfer and each raw TCP test.
     #[arg(long, short = 't', value_name = "DURATION", default_value = "4s",
           value_parser = crate::args::seconds_or_duration(crate::args::secs(1), crate::args::secs(60)))]
@@ -66,6 +64,8 @@ pub struct SshArgs {
     pub ciphers: Option<Vec<String>>,
     #[command(flatten)]
     pub html: super::report_html::HtmlReportArgs,
+    #[command(flatten)]
+    pub ssh: SshClientArgs,
 }
 
 /// What `--ssh` did for `check`/`speed`.
