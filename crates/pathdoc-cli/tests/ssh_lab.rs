@@ -138,6 +138,12 @@ fn ssh_bootstrap_gives_the_manual_servers_findings_and_leaves_only_the_cache() {
     );
     let via_ssh = support::parse_report(code, &out, &err);
     assert_eq!(code, 0, "{:?}\n{err}", ids(&via_ssh));
+    // The report names the far end as the user wrote it, with the temporary server's address.
+    let target = via_ssh["target"].as_str().unwrap();
+    assert!(
+        target.starts_with("server over SSH (203.0.113.10:"),
+        "{target}"
+    );
     assert_eq!(outcome(&via_ssh), outcome(&manual));
     assert!(!outcome(&manual).is_empty());
     l.assert_far_end_clean(Duration::from_secs(5));

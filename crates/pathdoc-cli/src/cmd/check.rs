@@ -122,7 +122,7 @@ pub fn run(mut args: CheckArgs, global: Global) -> anyhow::Result<i32> {
     let html = args.html.prepare()?;
     let progress = TerminalProgress::new(global);
     // --ssh: the temporary server becomes the target; keep its guard until the report is out.
-    let _remote = match super::ssh::prepare_target(
+    let remote = match super::ssh::prepare_target(
         &mut args.target,
         args.ssh.as_deref(),
         &args.ssh_opts,
@@ -137,7 +137,8 @@ pub fn run(mut args: CheckArgs, global: Global) -> anyhow::Result<i32> {
         steps,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let report = runtime.block_on(run_plan(&args, &plan, &progress, global))?;
+    let mut report = runtime.block_on(run_plan(&args, &plan, &progress, global))?;
+    report.target = remote.label(report.target);
     progress.finish();
     let code = output::print_report(&report, global);
     if let Some(html) = html {

@@ -124,7 +124,7 @@ pub fn run(mut args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
     let opts = args.options()?;
     let html = args.html.prepare()?;
     let progress = TerminalProgress::new(global);
-    let _remote = match super::ssh::prepare_target(
+    let remote = match super::ssh::prepare_target(
         &mut args.target,
         args.ssh.as_deref(),
         &args.ssh_opts,
@@ -164,6 +164,8 @@ pub fn run(mut args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
         report.interrupted = cancel.is_cancelled();
         Ok::<_, anyhow::Error>(report)
     })?;
+    let mut report = report;
+    report.target = remote.label(report.target);
     progress.finish();
     let code = output::print_report(&report, global);
     if let Some(html) = html {

@@ -75,9 +75,21 @@ pub enum SshStart {
     /// A temporary server runs; keep this guard alive until the report is printed.
     Started {
         _guard: Box<pathdoc_ssh::RemoteServer>,
+        /// The far end as the user wrote it (`backup@nas`).
+        destination: String,
     },
     /// `--ssh-clean` ran; exit with this code.
     Cleaned(i32),
+}
+
+impl SshStart {
+    /// The report's target: the name the user gave, not only the temporary server's address.
+    pub fn label(&self, target: String) -> String {
+        match self {
+            SshStart::Started { destination, .. } => format!("{destination} over SSH ({target})"),
+            _ => target,
+        }
+    }
 }
 
 /// `--ssh [USER@]HOST`: start a temporary server over SSH and point `target` at it (its address
@@ -125,6 +137,7 @@ pub fn prepare_target(
     target.auth_token = Some(remote.token.clone());
     Ok(SshStart::Started {
         _guard: Box::new(remote),
+        destination: dest.destination.clone(),
     })
 }
 
