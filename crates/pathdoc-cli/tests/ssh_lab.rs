@@ -316,6 +316,17 @@ fn bad_host_key_refused_login_other_arch_and_blocked_port_are_clear_errors() {
         &["check", "--ssh", "server", "--mtu"],
         "blocks TCP port",
     );
+
+    // SSH itself black-holed (a firewall that drops port 22): a clear error in seconds, no hang.
+    let hole = "table inet pds_ssh_hole { chain input { type filter hook input priority -10; policy accept; tcp dport 22 drop; }; }";
+    pathdoc_lab::exec::in_netns(l.lab.netns("server"), "nft", &["-f", "-"], Some(hole)).unwrap();
+    let started = Instant::now();
+    assert_error_kind(&l, &["check", "--ssh", "server", "--mtu"], "ssh");
+    assert!(
+        started.elapsed() < Duration::from_secs(40),
+        "took {:?}",
+        started.elapsed()
+    );
     l.assert_far_end_clean(Duration::from_secs(10));
 }
 

@@ -141,6 +141,12 @@ impl SshDest {
         deadline: std::time::Duration,
     ) -> Result<SshRun, SshError> {
         let mut args = self.option_args();
+        // A host that does not answer (or stops answering mid-copy) fails in seconds with ssh's
+        // own message, not at the step's deadline. After the user's -o: ssh keeps the first value.
+        for o in LIVENESS_OPTIONS {
+            args.push("-o".into());
+            args.push(o.into());
+        }
         args.extend(extra.iter().map(OsString::from));
         args.push("--".into());
         args.push(self.destination.clone().into());
@@ -148,6 +154,14 @@ impl SshDest {
         process::run(self, &args, input, deadline)
     }
 }
+
+/// Options of every short remote step (probe, copy, clean): connect within 15 s, and give up on
+/// a connection that has not answered for 15 s.
+pub const LIVENESS_OPTIONS: [&str; 3] = [
+    "ConnectTimeout=15",
+    "ServerAliveInterval=5",
+    "ServerAliveCountMax=3",
+];
 
 fn parse_port(p: &str) -> Option<u16> {
     p.parse().ok().filter(|&n| n > 0)

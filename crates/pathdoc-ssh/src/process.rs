@@ -174,7 +174,10 @@ pub fn classify(dest: &SshDest, run: &SshRun, what: &str) -> SshError {
         };
     }
     if run.code == Some(SSH_FAILURE)
-        && (e.contains("ssh:") || e.contains("Connection") || e.contains("kex_exchange"))
+        && (e.contains("ssh:")
+            || e.contains("Connection")
+            || e.contains("kex_exchange")
+            || e.contains("not responding"))
     {
         return SshError::Connect {
             dest: dest.destination.clone(),
