@@ -168,6 +168,7 @@ impl Connection {
             window: tcp.window,
             wscale: tcp.options.wscale,
         };
+        let expected = self.state.flows[d].nextseq;
         let analysis = self.state.analyze(d, &seg, preset);
         let tcp: &TcpInfo = tcp;
         self.state.after(d, &seg);
@@ -184,6 +185,13 @@ impl Connection {
 
         let st = &mut self.dirs[d];
         st.flags.add(flags);
+        if flags.has(Flags::LOST_SEGMENT) {
+            st.on_skipped(
+                ts,
+                expected.wrapping_sub(base),
+                rel_seq.wrapping_add(seg_len),
+            );
+        }
         st.on_segment(ts, rel_seq, seg_len, ip_len, flags.any_retransmission());
         st.on_window(ts, scaled, syn || rst);
         if rst {

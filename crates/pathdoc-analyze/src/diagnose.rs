@@ -513,7 +513,7 @@ fn pmtu(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) -> bool {
     let ignored_too_big = tx.icmp_too_big > 0
         && (tx.oversize_after_too_big >= 3 || (shrinking && tx.oversize_after_too_big >= 1));
     if big_stall.is_none() && !ignored_too_big {
-        return false;
+        return receiver_side_black_hole(c, s, out);
     }
     let lost_size = big_stall
         .and_then(|st| st.sizes_bytes.first().copied())
@@ -649,6 +649,72 @@ fn pmtu(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) -> bool {
     .remedy(Remedy::new("Let ICMP \"fragmentation needed\" (type 3 code 4) / ICMPv6 packet-too-big reach the sender; check every firewall in front of it too").on(s.sender_host.clone()).with_command("nft insert rule inet filter input icmp type destination-unreachable icmp code frag-needed accept"))
     .remedy(Remedy::new("Let the sender's TCP find the MTU without ICMP after a black-hole timeout (RFC 4821); persist it in /etc/sysctl.d").on(s.sender_host.clone()).with_command("sysctl -w net.ipv4.tcp_mtu_probing=1"))
     .remedy(Remedy::new("Clamp the MSS on the router in front of the small-MTU link so both ends announce a size that fits").on(Host::Router { hop: None, address: None }).with_command("nft add rule inet filter forward tcp flags syn tcp option maxseg size set rt mtu"));
+    out.push(f);
+    true
+}
+
+/// Bytes missing this long (from the sender's last packet before them to the connection's last
+/// packet) are not reordering or a retransmission on its way.
+const MIN_UNSEEN_OPEN_S: f64 = 1.0;
+
+/// Seen from the receiving end (the client of a download, seed 003): the sender's own sequence
+/// numbers, carried by the small packets that still arrive (ACKs, a FIN's ACK), prove it sent at
+/// least one full-size packet's worth of bytes that never came and were never acknowledged,
+/// while nothing of full size ever arrived. The sender's retransmissions are invisible here, so
+/// this is the only way a receiver-side capture shows a black hole. Needs both SYNs (the MSS).
+fn receiver_side_black_hole(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) -> bool {
+    let tx = s.tx;
+    let Some(g) = &tx.unseen else { return false };
+    let (Some(rx_mss), Some(tx_mss)) = (
+        s.rx.syn_options.and_then(|o| o.mss),
+        tx.syn_options.and_then(|o| o.mss),
+    ) else {
+        return false;
+    };
+    let mss = u32::from(rx_mss.min(tx_mss));
+    let headers = if c.ip_version == 6 { 60 } else { 40 };
+    let full = mss + headers;
+    let largest = tx.max_ip_packet_bytes.max(g.max_ip_packet_after_bytes);
+    if g.bytes < u64::from(mss)
+        || g.open_s < MIN_UNSEEN_OPEN_S
+        || g.packets_after == 0
+        || largest >= full
+        || tx.segments_over_peer_mss > 0
+    {
+        return false;
+    }
+    let open = format_duration(std::time::Duration::from_secs_f64(g.open_s));
+    let f = finding(
+        c,
+        "pmtud-black-hole",
+        Status::Fail,
+        format!(
+            "PMTUD black hole {}: {} B the {} sent never arrived here, only its packets of at most {largest} B did",
+            s.dir.arrow(),
+            g.bytes,
+            s.sender
+        ),
+    )
+    .direction(s.dir)
+    .requirement("RFC 1191 / RFC 8201 PMTUD needs ICMP too-big to reach the sender; RFC 4890 says never filter it; RFC 4821 probing recovers without it")
+    .evidence(Evidence::new(format!("bytes the {} sent that never arrived", s.sender), Quantity::Bytes(g.bytes)).with_detail(format!(
+        "from relative sequence {}: later packets of the {} carry sequence numbers past them, no retransmission of them arrived, the {} never acknowledged them",
+        g.from_seq, s.sender, s.receiver
+    )))
+    .evidence(Evidence::new("missing for", Quantity::Seconds(g.open_s)).with_detail(format!("from the {}'s last packet before them to the connection's last packet in the capture", s.sender)))
+    .evidence(Evidence::new(format!("packets of the {} that arrived meanwhile", s.sender), Quantity::Count(u64::from(g.packets_after))).with_detail(format!("the largest {} B", g.max_ip_packet_after_bytes)))
+    .evidence(Evidence::new(format!("largest packet from the {} in the whole connection", s.sender), Quantity::Bytes(u64::from(largest))))
+    .evidence(Evidence::new("full-size packet for the connection's MSS", Quantity::Bytes(u64::from(full))).with_detail(format!(
+        "MSS {mss} B (the smaller of the two SYNs' MSS options) + {headers} B of IP and TCP headers"
+    )))
+    .summary(format!(
+        "This capture was taken where the {} receives. The {}'s later packets prove it sent {} B that never came, and in {open} no retransmission of them arrived and the {} never acknowledged them — while small packets of the {} still arrived and none of full size ({full} B) ever did. Full-size packets vanish {} and the {} never learns the path's MTU: a PMTUD black hole (seed 003). The {}'s retransmissions are invisible from here; a capture on the {} (or `pathdoc check --mtu`) shows the size that passes.",
+        s.receiver, s.sender, g.bytes, s.receiver, s.sender, s.dir.arrow(), s.sender, s.sender, s.sender
+    ))
+    .remedy(Remedy::new("Let ICMP \"fragmentation needed\" (type 3 code 4) / ICMPv6 packet-too-big reach the sender; check every firewall in front of it too").on(s.sender_host.clone()).with_command("nft insert rule inet filter input icmp type destination-unreachable icmp code frag-needed accept"))
+    .remedy(Remedy::new("Let the sender's TCP find the MTU without ICMP after a black-hole timeout (RFC 4821); persist it in /etc/sysctl.d").on(s.sender_host.clone()).with_command("sysctl -w net.ipv4.tcp_mtu_probing=1"))
+    .remedy(Remedy::new("Clamp the MSS on the router in front of the small-MTU link so both ends announce a size that fits").on(Host::Router { hop: None, address: None }).with_command("nft add rule inet filter forward tcp flags syn tcp option maxseg size set rt mtu"))
+    .remedy(Remedy::new(format!("Meanwhile: announce a smaller MSS towards this peer, so the {} sends packets that fit", s.sender)).on(s.receiver_host.clone()).with_command("ip route change DESTINATION via GATEWAY advmss 1360"));
     out.push(f);
     true
 }

@@ -198,6 +198,22 @@ impl Stall {
     }
 }
 
+/// A range of this side's sequence space a later packet revealed (its sequence number is past
+/// it) but the capture never saw: seen from the receiving end, the mark of packets that vanish
+/// on the way — of a PMTUD black hole when only the small packets that reveal it arrive.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UnseenBytes {
+    /// Relative sequence numbers: the first byte never seen, and the highest revealed.
+    pub start: u32,
+    pub end: u32,
+    pub since_ns: i64,
+    /// This side's packet before the one that revealed the gap: the bytes were sent after it.
+    pub sent_after_ns: i64,
+    /// Packets of this side that arrived after the gap opened, and the largest of them.
+    pub packets_after: u32,
+    pub max_ip_after: u32,
+}
+
 /// Everything kept about one direction of a connection.
 #[derive(Debug, Clone, Default)]
 pub struct DirStats {
@@ -248,6 +264,9 @@ pub struct DirStats {
     /// Longest unresolved (or longest overall) stall.
     pub stall: Option<Stall>,
     pub current_stall: Option<Stall>,
+    /// Bytes this side sent that never reached the capture point: a later packet's sequence
+    /// number skipped them, no retransmission filled them and the peer never acknowledged them.
+    pub unseen: Option<UnseenBytes>,
     /// ICMP too-big messages about this side's packets.
     pub too_big: u32,
     pub too_big_min_mtu: Option<u32>,
@@ -262,10 +281,42 @@ impl DirStats {
         self.seq_span
     }
 
+    /// A packet's sequence number skipped `[start, end)` (Wireshark's "previous segment not
+    /// captured"). Only the first open gap is kept; later packets extend what it reveals.
+    pub fn on_skipped(&mut self, ts: i64, start: u32, end: u32) {
+        match &mut self.unseen {
+            Some(g) => {
+                if seq_gt(end, g.end) {
+                    g.end = end;
+                }
+            }
+            None => {
+                self.unseen = Some(UnseenBytes {
+                    start,
+                    end,
+                    since_ns: ts,
+                    sent_after_ns: if self.packets > 0 { self.last_ns } else { ts },
+                    packets_after: 0,
+                    max_ip_after: 0,
+                })
+            }
+        }
+    }
+
     /// Account one sent segment. `rel_seq` is relative to the direction's base.
     pub fn on_segment(&mut self, ts: i64, rel_seq: u32, seg_len: u32, ip_len: u32, retrans: bool) {
         if self.packets == 0 {
             self.first_ns = ts;
+        }
+        if let Some(g) = &mut self.unseen {
+            let end = rel_seq.wrapping_add(seg_len);
+            if seg_len > 0 && seq_le(rel_seq, g.start) && seq_gt(end, g.start) {
+                // A retransmission filled the gap: the bytes arrived after all.
+                self.unseen = None;
+            } else if ts >= g.since_ns {
+                g.packets_after = g.packets_after.saturating_add(1);
+                g.max_ip_after = g.max_ip_after.max(ip_len);
+            }
         }
         self.packets += 1;
         self.last_ns = ts;
@@ -397,6 +448,10 @@ impl DirStats {
                 s.resolved = true;
                 self.finish_stall();
             }
+        }
+        if self.unseen.is_some_and(|g| seq_gt(rel_ack, g.start)) {
+            // The receiver has them: the capture (not the path) missed them.
+            self.unseen = None;
         }
     }
 

@@ -45,9 +45,26 @@ pub struct DirSummary {
     pub rsts: u32,
     pub rst_ttl: Option<u8>,
     pub stall: Option<StallSummary>,
+    /// Bytes this side sent (later sequence numbers prove it) that never reached the capture
+    /// point and that the peer never acknowledged, until the connection's last packet.
+    pub unseen: Option<UnseenSummary>,
     pub icmp_too_big: u32,
     pub icmp_too_big_mtu: Option<u32>,
     pub oversize_after_too_big: u64,
+}
+
+/// Sequence space a later packet revealed but the capture never saw (see `DirSummary::unseen`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct UnseenSummary {
+    pub bytes: u64,
+    /// Relative sequence number of the first byte never seen.
+    pub from_seq: u32,
+    /// From this side's last packet before the gap (the bytes were sent after it) to the
+    /// connection's last packet: how long the receiver went without them, at least.
+    pub open_s: f64,
+    /// Packets of this side that arrived meanwhile, and the largest of them (IP bytes).
+    pub packets_after: u32,
+    pub max_ip_packet_after_bytes: u32,
 }
 
 /// The same segment sent again and again.
@@ -139,7 +156,7 @@ fn ms(ns: i64) -> f64 {
     ns as f64 / 1e6
 }
 
-fn dir_summary(st: &DirStats) -> DirSummary {
+fn dir_summary(st: &DirStats, conn_last_ns: i64) -> DirSummary {
     let goodput = st.first_data_ns.and_then(|first| {
         let dur = st.last_data_ns.saturating_sub(first);
         (dur > 0 && st.unique_bytes() > 0).then(|| st.unique_bytes() as f64 * 8.0 / secs(dur))
@@ -183,6 +200,13 @@ fn dir_summary(st: &DirStats) -> DirSummary {
         rsts: st.rst_count,
         rst_ttl: st.rst_ttl,
         stall,
+        unseen: st.unseen.map(|g| UnseenSummary {
+            bytes: u64::from(g.end.wrapping_sub(g.start)),
+            from_seq: g.start,
+            open_s: secs(conn_last_ns.saturating_sub(g.sent_after_ns).max(0)),
+            packets_after: g.packets_after,
+            max_ip_packet_after_bytes: g.max_ip_after,
+        }),
         icmp_too_big: st.too_big,
         icmp_too_big_mtu: st.too_big_min_mtu,
         oversize_after_too_big: st.oversize_after_too_big,
@@ -255,8 +279,8 @@ pub fn summarize(c: &Connection, capture_start_ns: i64) -> ConnSummary {
         client_base_seq: c.state.flows[client].base_seq,
         server_base_seq: c.state.flows[server].base_seq,
         handshake_rtt_ms: (c.state.irtt_ns > 0).then(|| ms(c.state.irtt_ns)),
-        client_to_server: dir_summary(&c.dirs[client]),
-        server_to_client: dir_summary(&c.dirs[server]),
+        client_to_server: dir_summary(&c.dirs[client], c.last_ns),
+        server_to_client: dir_summary(&c.dirs[server], c.last_ns),
         longest_gap_s: secs(c.longest_gap_ns),
         idle: c
             .idle

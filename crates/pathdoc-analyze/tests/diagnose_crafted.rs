@@ -225,3 +225,83 @@ fn connection_without_handshake_is_analysed() {
         .unwrap_or_else(|| panic!("{all:#?}"));
     assert_eq!(loss.direction, Some(Direction::ClientToServer));
 }
+
+/// A SYN or SYN-ACK announcing `mss`.
+fn syn_with_mss(ms: i64, from_client: bool, seq: u32, ack: u32, mss: u16) -> Frame {
+    let (src, dst, sp, dp) = if from_client {
+        (C, S, 40000, 443)
+    } else {
+        (S, C, 443, 40000)
+    };
+    let mut b = PacketBuilder::ethernet2([2; 6], [4; 6])
+        .ipv4(src, dst, 64)
+        .tcp(sp, dp, seq, 64240)
+        .syn();
+    if !from_client {
+        b = b.ack(ack);
+    }
+    let b = b
+        .options(&[etherparse::TcpOptionElement::MaximumSegmentSize(mss)])
+        .unwrap();
+    let mut out = Vec::new();
+    b.write(&mut out, &[]).unwrap();
+    Frame::new(T0 + ms * 1_000_000, out)
+}
+
+/// A download captured on the client through a PMTUD black hole: the server's full-size data
+/// never arrives, but its ACK of the client's FIN carries a sequence number 3 segments further
+/// on. Before, this capture was judged healthy.
+fn black_holed_download(fill_at: Option<i64>, client_acks_all: bool) -> Vec<Frame> {
+    let mut f = vec![
+        syn_with_mss(0, true, 1000, 0, 1460),
+        syn_with_mss(10, false, 5000, 1001, 1460),
+        tcp(20, true, 1001, 5001, "A", 502, 0, 64),
+        // The request, and the server's ACK of it (small packets pass).
+        tcp(30, true, 1001, 5001, "A", 502, 100, 64),
+        tcp(40, false, 5001, 1101, "A", 500, 0, 52),
+    ];
+    // Three 1448-byte segments (seq 5001..9345) vanish on the way. The client gives up.
+    f.push(tcp(2000, true, 1101, 5001, "FA", 502, 0, 64));
+    f.push(tcp(2010, false, 9345, 1102, "A", 500, 0, 52));
+    let client_ack = if client_acks_all {
+        // Captured in the middle: the client did get the bytes and acknowledges them.
+        f.push(tcp(2020, true, 1102, 9345, "A", 502, 0, 64));
+        9345
+    } else {
+        5001
+    };
+    if let Some(t) = fill_at {
+        f.push(tcp(t, false, 5001, 1102, "A", 500, 1448, 52));
+    }
+    f.push(tcp(3500, false, 9345, 1102, "A", 500, 0, 52));
+    f.push(tcp(4000, true, 1102, client_ack, "R", 0, 0, 64));
+    f
+}
+
+#[test]
+fn a_black_hole_seen_from_the_receiver_is_named() {
+    let all = findings(&black_holed_download(None, false));
+    let f = all
+        .iter()
+        .find(|x| x.id == "pmtud-black-hole")
+        .unwrap_or_else(|| panic!("{all:#?}"));
+    assert_eq!(f.status, Status::Fail);
+    assert_eq!(f.direction, Some(Direction::ServerToClient));
+    assert!(f.title.contains("4344 B"), "{}", f.title);
+    assert!(f
+        .remedies
+        .iter()
+        .any(|r| r.host == Some(pathdoc_core::Host::Server)));
+    // A retransmission that fills the gap, or a client that acknowledged the bytes (a capture in
+    // the middle that missed them): no black hole.
+    let filled = findings(&black_holed_download(Some(2500), false));
+    assert!(
+        filled.iter().all(|x| x.id != "pmtud-black-hole"),
+        "{filled:#?}"
+    );
+    let acked = findings(&black_holed_download(None, true));
+    assert!(
+        acked.iter().all(|x| x.id != "pmtud-black-hole"),
+        "{acked:#?}"
+    );
+}

@@ -467,6 +467,15 @@ fn pmtu_black_hole_and_its_mtu() {
     let f = found[0];
     assert_eq!(f["direction"], "server-to-client", "{f:#}");
     assert!(f["title"].as_str().unwrap().contains("1420"), "{f:#}");
+    // On the client, where the download should arrive, the server's retransmissions are
+    // invisible; its later small packets prove it sent bytes that never came (this capture
+    // used to be judged healthy).
+    let (code, report) = analyze_json(&[&files[0]]);
+    assert_eq!(code, 1, "{:?}", problems(&report));
+    let seen = with_id(&report, "pmtud-black-hole");
+    assert!(!seen.is_empty(), "{:?}", problems(&report));
+    assert_eq!(seen[0]["direction"], "server-to-client", "{:#}", seen[0]);
+    assert_eq!(seen[0]["status"], "fail", "{:#}", seen[0]);
 }
 
 #[test]
