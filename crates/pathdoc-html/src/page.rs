@@ -391,6 +391,6 @@ mod tests {
         finding(&mut s, 0, &f);
         assert_eq!(s.matches("class=\"value\"").count(), 1, "{s}");
         assert_eq!(s.matches("class=\"value long\"").count(), 1, "{s}");
-        assert!(CSS.contains("td.value.long { white-space: normal; }"));
+        assert!(CSS.contains("td.value.long { white-space: normal; overflow-wrap: anywhere; }"));
     }
 }
