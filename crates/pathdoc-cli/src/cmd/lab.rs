@@ -59,7 +59,8 @@ enum LabCommand {
         after_help = "Examples:\n  pathdoc lab exec home client -- ping -c 3 203.0.113.10\n  pathdoc lab exec home server -- pathdoc server\n  pathdoc lab exec home client -- pathdoc check 203.0.113.10 --idle --idle-max 2min"
     )]
     Exec(ExecArgs),
-    /// Bring up each scenario in turn and show its fault with real traffic (about a minute).
+    /// Bring up each scenario in turn and show its fault with real traffic (about 4 minutes on two
+    /// cores; --only SCENARIO for one).
     #[command(
         after_help = "Examples:\n  pathdoc lab demo\n  pathdoc lab demo --only pmtu-blackhole --only modem-idle"
     )]
