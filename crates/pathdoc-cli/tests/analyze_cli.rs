@@ -77,6 +77,18 @@ fn healthy_capture_exits_0_and_counts_the_connection() {
         r["data"]["analyze"]["captures"][0]["totals"]["connections"],
         1
     );
+    // --all lists the healthy connection in text too (it used to print nothing more).
+    let (code, out, _) = run(&["analyze", "--all", f.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let row = out
+        .lines()
+        .find(|l| l.contains("192.168.1.100:40000 → 203.0.113.10:22"))
+        .unwrap_or_else(|| panic!("no connection row in:\n{out}"));
+    assert!(
+        row.contains("closed (FIN both)") && row.ends_with("healthy"),
+        "{row}"
+    );
+    assert!(out.contains("Connections (1):"), "{out}");
 }
 
 #[test]

@@ -83,10 +83,62 @@ pub fn run(args: AnalyzeArgs, global: Global) -> anyhow::Result<i32> {
         let report = build_report(&[pass], None, filter_json(&args, &hosts));
         return Ok(exit_code(&report));
     }
-    let report = build_report(&[pass], None, filter_json(&args, &hosts));
+    let passes = [pass];
+    let report = build_report(&passes, None, filter_json(&args, &hosts));
     render(&report, global);
+    if args.all && !global.json {
+        let mut out = std::io::stdout().lock();
+        let _ = write!(out, "{}", connection_table(&passes[0].analysis.listed));
+    }
     super::report_capture::write_html(&args.html, &args.captures, &report)?;
     Ok(exit_code(&report))
+}
+
+/// `--all` in text: one line per listed connection, healthy ones too (the findings above only
+/// name the connections with something to say; JSON has them all in `data.analyze`).
+fn connection_table(listed: &[pathdoc_analyze::Listed]) -> String {
+    use pathdoc_analyze::summary::EndState;
+    let mut s = format!(
+        "\nConnections ({}):\n  {:<52} {:>8} {:>11} {:>11} {:>9}  {:<20} {}\n",
+        listed.len(),
+        "# client → server",
+        "packets",
+        "c→s bytes",
+        "s→c bytes",
+        "duration",
+        "end",
+        "findings"
+    );
+    for l in listed {
+        let c = &l.summary;
+        let end = match &c.end {
+            EndState::Closed => "closed (FIN both)".to_string(),
+            EndState::HalfClosed { by } => format!("FIN by {by} only"),
+            EndState::Reset { by, .. } => format!("reset by {by}"),
+            EndState::Open => "open at the end".to_string(),
+        };
+        let ids: Vec<&str> = l
+            .findings
+            .iter()
+            .filter(|f| f.status > Status::Info)
+            .map(|f| f.id.as_str())
+            .collect();
+        s.push_str(&format!(
+            "  {:<52} {:>8} {:>11} {:>11} {:>9}  {:<20} {}\n",
+            pathdoc_analyze::diagnose::label(c),
+            c.packets,
+            format_bytes(c.client_to_server.unique_bytes),
+            format_bytes(c.server_to_client.unique_bytes),
+            format_duration(std::time::Duration::from_secs_f64(c.duration_s.max(0.0))),
+            end,
+            if ids.is_empty() {
+                "healthy".to_string()
+            } else {
+                ids.join(", ")
+            }
+        ));
+    }
+    s
 }
 
 /// The addresses `--host` stands for: an IP literal (IPv6 with or without brackets) as it is,
