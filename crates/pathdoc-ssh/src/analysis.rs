@@ -44,6 +44,14 @@ pub const FINDING_IDS: &[FindingId] = &[
         meaning: "SSH reaches ≥ 80 % of raw TCP on the same path: the network, not SSH, sets the rate: PASS",
     },
     FindingId {
+        id: pathdoc_core::report::CHECK_INTERRUPTED,
+        meaning: "Ctrl-C/SIGTERM cut the direction's transfer before it had 1 s of steady samples: no verdict is drawn from less: INCONCLUSIVE",
+    },
+    FindingId {
+        id: pathdoc_core::report::CHECK_NOT_RUN,
+        meaning: "the direction's transfers never started: the run was interrupted first: INFO",
+    },
+    FindingId {
         id: "ssh-limit-inconclusive",
         meaning: "no SSH transfer in the direction could be measured, or no single limit explains the rate (with what was seen): INCONCLUSIVE",
     },
@@ -209,6 +217,20 @@ fn judgeable(t: &Transfer) -> bool {
     }
 }
 
+/// A direction whose transfers never started because the user interrupted the run first.
+pub fn not_started_finding(way: Way) -> Finding {
+    Finding::new(
+        CHECK,
+        pathdoc_core::report::CHECK_NOT_RUN,
+        Status::Info,
+        format!(
+            "SSH {}: not measured, interrupted before it started",
+            way.label()
+        ),
+    )
+    .direction(way.direction())
+}
+
 /// The `incomplete` reason of a transfer the user interrupted.
 pub const INTERRUPTED: &str = "interrupted";
 
@@ -229,7 +251,7 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
             return Finding::new(
                 CHECK,
                 pathdoc_core::report::CHECK_INTERRUPTED,
-                Status::Info,
+                Status::Inconclusive,
                 format!("SSH {}: interrupted too early to judge", way.label()),
             )
             .direction(way.direction())
@@ -1216,7 +1238,10 @@ mod tests {
         let f = judge(Way::Upload, Some(93.8e6), None, std::slice::from_ref(&t));
         assert_eq!(
             (f.id.as_str(), f.status),
-            (pathdoc_core::report::CHECK_INTERRUPTED, Status::Info),
+            (
+                pathdoc_core::report::CHECK_INTERRUPTED,
+                Status::Inconclusive
+            ),
             "{}",
             f.title
         );
@@ -1251,7 +1276,13 @@ mod tests {
             chacha,
             steady(94.7e6, 0.1, 0.1, 5.0),
         )];
+        let mut cut = steady(94.7e6, 0.1, 0.1, 5.0);
+        cut.to = cut.from + 0.2;
+        let mut interrupted = transfer(Way::Upload, None, chacha, cut);
+        interrupted.incomplete = Some(INTERRUPTED.into());
         let seen: std::collections::BTreeSet<String> = [
+            judge(Way::Upload, Some(93.8e6), None, &[interrupted]),
+            not_started_finding(Way::Download),
             judge(Way::Upload, Some(700e6), None, &window),
             judge(Way::Download, Some(2.1e9), None, &cpu),
             judge(Way::Download, Some(11e6), None, &buffer),

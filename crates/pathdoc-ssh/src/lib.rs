@@ -115,18 +115,7 @@ impl SshReport {
         for way in [Way::Upload, Way::Download] {
             if !self.transfers.iter().any(|t| t.way == way) {
                 if self.interrupted {
-                    out.push(
-                        Finding::new(
-                            analysis::CHECK,
-                            pathdoc_core::report::CHECK_NOT_RUN,
-                            pathdoc_core::Status::Info,
-                            format!(
-                                "SSH {}: not measured, interrupted before it started",
-                                way.label()
-                            ),
-                        )
-                        .direction(way.direction()),
-                    );
+                    out.push(analysis::not_started_finding(way));
                 }
                 continue;
             }
