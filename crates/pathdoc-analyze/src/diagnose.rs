@@ -598,15 +598,47 @@ fn pmtu(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) -> bool {
     let mut f = finding(
         c,
         "pmtud-black-hole",
-        if tso && acked > lost_size { Status::Inconclusive } else { Status::Fail },
-        format!("PMTUD black hole {}: {}-byte packets vanish, path MTU {mtu_text}", s.dir.arrow(), lost_size),
+        if tso && acked > lost_size {
+            Status::Inconclusive
+        } else {
+            Status::Fail
+        },
+        format!(
+            "PMTUD black hole {}: {}-byte packets vanish, path MTU {mtu_text}",
+            s.dir.arrow(),
+            lost_size
+        ),
     )
     .direction(s.dir)
-    .requirement("RFC 1191 / RFC 8201 PMTUD needs ICMP too-big to reach the sender; RFC 4890 says never filter it; RFC 4821 probing recovers without it")
-    .evidence(Evidence::new(format!("retransmissions of one {lost_size}-byte packet"), Quantity::Count(u64::from(st.retransmissions))).with_detail(if st.resolved { "eventually acknowledged" } else { "never acknowledged" }))
-    .evidence(Evidence::new("packets from the peer meanwhile", Quantity::Count(u64::from(st.peer_packets))).with_detail("small packets (ACKs) still pass"))
-    .evidence(Evidence::new("largest packet acknowledged", Quantity::Bytes(u64::from(acked))))
-    .evidence(Evidence::new(format!("ICMP too-big about the {}'s packets in the capture", s.sender), Quantity::Count(u64::from(tx.icmp_too_big))));
+    .evidence(
+        Evidence::new(
+            format!("retransmissions of one {lost_size}-byte packet"),
+            Quantity::Count(u64::from(st.retransmissions)),
+        )
+        .with_detail(if st.resolved {
+            "eventually acknowledged"
+        } else {
+            "never acknowledged"
+        }),
+    )
+    .evidence(
+        Evidence::new(
+            "packets from the peer meanwhile",
+            Quantity::Count(u64::from(st.peer_packets)),
+        )
+        .with_detail("small packets (ACKs) still pass"),
+    )
+    .evidence(Evidence::new(
+        "largest packet acknowledged",
+        Quantity::Bytes(u64::from(acked)),
+    ))
+    .evidence(Evidence::new(
+        format!(
+            "ICMP too-big about the {}'s packets in the capture",
+            s.sender
+        ),
+        Quantity::Count(u64::from(tx.icmp_too_big)),
+    ));
     if let Some(m) = mtu_icmp {
         f = f.evidence(Evidence::new(
             "MTU reported by ICMP",
@@ -645,12 +677,19 @@ fn pmtu(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) -> bool {
         stall_text.unwrap_or_default().trim_start_matches("the ").to_string().replacen(&s.sender.to_string(), &format!("The {}", s.sender), 1),
         s.dir.arrow(),
         if shrinking { " The retransmissions shrink step by step (the sender probes down without the ICMP's MTU) — slow recovery: seed 003's 100 KB/s." } else { "" }
-    ))
-    .remedy(Remedy::new("Let ICMP \"fragmentation needed\" (type 3 code 4) / ICMPv6 packet-too-big reach the sender; check every firewall in front of it too").on(s.sender_host.clone()).with_command("nft insert rule inet filter input icmp type destination-unreachable icmp code frag-needed accept"))
-    .remedy(Remedy::new("Let the sender's TCP find the MTU without ICMP after a black-hole timeout (RFC 4821); persist it in /etc/sysctl.d").on(s.sender_host.clone()).with_command("sysctl -w net.ipv4.tcp_mtu_probing=1"))
-    .remedy(Remedy::new("Clamp the MSS on the router in front of the small-MTU link so both ends announce a size that fits").on(Host::Router { hop: None, address: None }).with_command("nft add rule inet filter forward tcp flags syn tcp option maxseg size set rt mtu"));
+    ));
+    f = black_hole_fixes(f, s);
     out.push(f);
     true
+}
+
+/// What a black hole from either side's capture shares: the requirement it breaks and the three
+/// fixes, on the sender and on the router in front of the small link.
+fn black_hole_fixes(f: Finding, s: &Side<'_>) -> Finding {
+    f.requirement("RFC 1191 / RFC 8201 PMTUD needs ICMP too-big to reach the sender; RFC 4890 says never filter it; RFC 4821 probing recovers without it")
+    .remedy(Remedy::new("Let ICMP \"fragmentation needed\" (type 3 code 4) / ICMPv6 packet-too-big reach the sender; check every firewall in front of it too").on(s.sender_host.clone()).with_command("nft insert rule inet filter input icmp type destination-unreachable icmp code frag-needed accept"))
+    .remedy(Remedy::new("Let the sender's TCP find the MTU without ICMP after a black-hole timeout (RFC 4821); persist it in /etc/sysctl.d").on(s.sender_host.clone()).with_command("sysctl -w net.ipv4.tcp_mtu_probing=1"))
+    .remedy(Remedy::new("Clamp the MSS on the router in front of the small-MTU link so both ends announce a size that fits").on(Host::Router { hop: None, address: None }).with_command("nft add rule inet filter forward tcp flags syn tcp option maxseg size set rt mtu"))
 }
 
 /// Bytes missing this long (from the sender's last packet before them to the connection's last
@@ -696,7 +735,6 @@ fn receiver_side_black_hole(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding
         ),
     )
     .direction(s.dir)
-    .requirement("RFC 1191 / RFC 8201 PMTUD needs ICMP too-big to reach the sender; RFC 4890 says never filter it; RFC 4821 probing recovers without it")
     .evidence(Evidence::new(format!("bytes the {} sent that never arrived", s.sender), Quantity::Bytes(g.bytes)).with_detail(format!(
         "from relative sequence {}: later packets of the {} carry sequence numbers past them, no retransmission of them arrived, the {} never acknowledged them",
         g.from_seq, s.sender, s.receiver
@@ -710,11 +748,15 @@ fn receiver_side_black_hole(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding
     .summary(format!(
         "This capture was taken where the {} receives. The {}'s later packets prove it sent {} B that never came, and in {open} no retransmission of them arrived and the {} never acknowledged them — while small packets of the {} still arrived and none of full size ({full} B) ever did. Full-size packets vanish {} and the {} never learns the path's MTU: a PMTUD black hole (seed 003). The {}'s retransmissions are invisible from here; a capture on the {} (or `pathdoc check --mtu`) shows the size that passes.",
         s.receiver, s.sender, g.bytes, s.receiver, s.sender, s.dir.arrow(), s.sender, s.sender, s.sender
-    ))
-    .remedy(Remedy::new("Let ICMP \"fragmentation needed\" (type 3 code 4) / ICMPv6 packet-too-big reach the sender; check every firewall in front of it too").on(s.sender_host.clone()).with_command("nft insert rule inet filter input icmp type destination-unreachable icmp code frag-needed accept"))
-    .remedy(Remedy::new("Let the sender's TCP find the MTU without ICMP after a black-hole timeout (RFC 4821); persist it in /etc/sysctl.d").on(s.sender_host.clone()).with_command("sysctl -w net.ipv4.tcp_mtu_probing=1"))
-    .remedy(Remedy::new("Clamp the MSS on the router in front of the small-MTU link so both ends announce a size that fits").on(Host::Router { hop: None, address: None }).with_command("nft add rule inet filter forward tcp flags syn tcp option maxseg size set rt mtu"))
-    .remedy(Remedy::new(format!("Meanwhile: announce a smaller MSS towards this peer, so the {} sends packets that fit", s.sender)).on(s.receiver_host.clone()).with_command("ip route change DESTINATION via GATEWAY advmss 1360"));
+    ));
+    let f = black_hole_fixes(f, s).remedy(
+        Remedy::new(format!(
+            "Meanwhile: announce a smaller MSS towards this peer, so the {} sends packets that fit",
+            s.sender
+        ))
+        .on(s.receiver_host.clone())
+        .with_command("ip route change DESTINATION via GATEWAY advmss 1360"),
+    );
     out.push(f);
     true
 }
