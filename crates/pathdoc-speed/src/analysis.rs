@@ -225,6 +225,11 @@ pub struct DirectionResult {
 }
 
 impl DirectionResult {
+    /// Whether any payload crossed: a direction without it gets `no-data` and nothing else.
+    pub fn delivered(&self) -> bool {
+        self.duration_s > 0.0 && self.payload_bytes > 0
+    }
+
     pub fn retrans_share(&self) -> f64 {
         if self.sender.bytes_sent == 0 {
             0.0
@@ -577,7 +582,7 @@ fn send_buffer_bound(d: &DirectionResult, b: &Basis) -> bool {
 pub fn diagnose_direction(d: &DirectionResult) -> Vec<Finding> {
     let b = Basis::of(d);
     let mut findings = vec![verdicts::rate_finding(d, &b)];
-    if d.duration_s <= 0.0 || d.payload_bytes == 0 {
+    if !d.delivered() {
         findings.push(verdicts::no_data_finding(d));
         return findings;
     }

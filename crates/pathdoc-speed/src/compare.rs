@@ -43,10 +43,7 @@ fn fault_remedies(slow: &DirectionResult) -> Vec<Remedy> {
 pub fn diagnose_asymmetry(upload: &DirectionResult, download: &DirectionResult) -> Option<Finding> {
     // A direction that delivered nothing has its own INCONCLUSIVE finding (and, on a black-holed
     // path, the MTU check's verdict); a ratio against nothing is no evidence of anything more.
-    if [upload, download]
-        .iter()
-        .any(|d| d.duration_s <= 0.0 || d.payload_bytes == 0)
-    {
+    if !upload.delivered() || !download.delivered() {
         return None;
     }
     let (bu, bd) = (Basis::of(upload), Basis::of(download));
