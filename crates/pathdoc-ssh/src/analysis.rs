@@ -210,9 +210,7 @@ pub const MIN_INTERRUPTED_STEADY_S: f64 = 1.0;
 fn judgeable(t: &Transfer) -> bool {
     match &t.steady {
         None => false,
-        Some(st) if t.incomplete.as_deref() == Some(INTERRUPTED) => {
-            st.to - st.from >= MIN_INTERRUPTED_STEADY_S
-        }
+        Some(st) if t.interrupted() => st.to - st.from >= MIN_INTERRUPTED_STEADY_S,
         Some(_) => true,
     }
 }
@@ -234,6 +232,41 @@ pub fn not_started_finding(way: Way) -> Finding {
 /// The `incomplete` reason of a transfer the user interrupted.
 pub const INTERRUPTED: &str = "interrupted";
 
+/// Every transfer of the direction was cut by the user too early: what was measured, and why it
+/// is not enough for a verdict.
+fn interrupted_finding(way: Way, cut: &[&Transfer]) -> Finding {
+    let steady_s = cut
+        .iter()
+        .filter_map(|t| t.steady.as_ref().map(|st| st.to - st.from))
+        .fold(0.0, f64::max);
+    let payload: u64 = cut.iter().map(|t| t.payload_bytes).sum();
+    let seconds = cut.iter().map(|t| t.seconds).fold(0.0, f64::max);
+    Finding::new(
+        CHECK,
+        pathdoc_core::report::CHECK_INTERRUPTED,
+        Status::Inconclusive,
+        format!("SSH {}: interrupted too early to judge", way.label()),
+    )
+    .direction(way.direction())
+    .summary(format!(
+        "The transfer was interrupted before it had {MIN_INTERRUPTED_STEADY_S:.0} s of steady samples; no verdict is drawn from less."
+    ))
+    .requirement(format!(
+        "a verdict needs ≥ {MIN_INTERRUPTED_STEADY_S:.0} s of steady samples from a transfer the user cut short"
+    ))
+    .evidence(
+        Evidence::new("steady samples before the interruption", Quantity::Seconds(steady_s))
+            .with_detail("the longest steady window of the cut transfers (after the warm-up share)"),
+    )
+    .evidence(
+        Evidence::new("payload moved before the interruption", Quantity::Bytes(payload))
+            .with_detail(format!(
+                "{} transfer(s), the longest {seconds:.2} s",
+                cut.len()
+            )),
+    )
+}
+
 /// The verdict for one direction.
 pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
     let way = input.way;
@@ -243,21 +276,8 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
         .find(|t| t.requested_cipher.is_none() && judgeable(t))
         .or_else(|| mine.iter().find(|t| judgeable(t)));
     let Some(def) = default.copied() else {
-        if !mine.is_empty()
-            && mine
-                .iter()
-                .all(|t| t.incomplete.as_deref() == Some(INTERRUPTED))
-        {
-            return Finding::new(
-                CHECK,
-                pathdoc_core::report::CHECK_INTERRUPTED,
-                Status::Inconclusive,
-                format!("SSH {}: interrupted too early to judge", way.label()),
-            )
-            .direction(way.direction())
-            .summary(format!(
-                "The transfer was interrupted before it had {MIN_INTERRUPTED_STEADY_S:.0} s of steady samples; no verdict is drawn from less."
-            ));
+        if !mine.is_empty() && mine.iter().all(|t| t.interrupted()) {
+            return interrupted_finding(way, &mine);
         }
         let why: Vec<String> = mine.iter().filter_map(|t| t.incomplete.clone()).collect();
         return Finding::new(
@@ -1244,6 +1264,16 @@ mod tests {
             ),
             "{}",
             f.title
+        );
+        // The measurement behind "too early" is in the evidence.
+        let steady = f
+            .evidence
+            .iter()
+            .find(|e| e.name == "steady samples before the interruption")
+            .expect("steady-samples evidence");
+        assert!(
+            matches!(steady.value, Quantity::Seconds(x) if (x - 0.3).abs() < 1e-9),
+            "{steady:?}"
         );
         // Interrupted after enough steady samples: judged as usual.
         t.steady.as_mut().unwrap().to = 4.0;

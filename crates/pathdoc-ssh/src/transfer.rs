@@ -77,6 +77,11 @@ pub struct Transfer {
 }
 
 impl Transfer {
+    /// The user stopped it (Ctrl-C/SIGTERM) before it ended on its own.
+    pub fn interrupted(&self) -> bool {
+        self.incomplete.as_deref() == Some(crate::analysis::INTERRUPTED)
+    }
+
     /// The negotiated cipher for this transfer's direction.
     pub fn cipher(&self) -> Option<&str> {
         let n = match self.way {
