@@ -34,16 +34,9 @@ pub fn figure(data: &Section<Idle>) -> Option<Figure> {
         "idle-ladder",
         "Idle ladder: how long an idle connection survives",
     );
-    let idle = match data {
-        Section::Absent => return None,
-        Section::Unreadable(why) => {
-            return Some(Figure::missing(
-                id,
-                title,
-                format!("the report's idle data could not be read: {why}"),
-            ))
-        }
-        Section::Read(i) => i,
+    let idle = match super::readable(data, id, title, "idle") {
+        Ok(d) => d,
+        Err(f) => return f,
     };
     let rows = rows(idle);
     if rows.iter().all(|r| r.probes.is_empty()) {

@@ -13,6 +13,8 @@ pub mod throughput;
 
 use plotters::style::RGBColor;
 
+use crate::view::Section;
+
 /// A drawn plot, or the reason there is none.
 #[derive(Debug, Clone)]
 pub struct Figure {
@@ -60,6 +62,26 @@ impl Figure {
             body: Body::Missing(why.into()),
             caption: String::new(),
         }
+    }
+}
+
+/// A check's data for its plots: `Ok` when it was read; otherwise what the page shows instead —
+/// nothing when the report has no such data, one "could not be read" figure when it is there but
+/// unreadable.
+pub fn readable<'a, T>(
+    data: &'a Section<T>,
+    id: &str,
+    title: &str,
+    what: &str,
+) -> Result<&'a T, Option<Figure>> {
+    match data {
+        Section::Absent => Err(None),
+        Section::Unreadable(why) => Err(Some(Figure::missing(
+            id,
+            title,
+            format!("the report's {what} data could not be read: {why}"),
+        ))),
+        Section::Read(t) => Ok(t),
     }
 }
 

@@ -16,16 +16,9 @@ const WIDTH: u32 = 860;
 const FAR_END: RGBColor = PALETTE[7];
 
 pub fn figures(data: &Section<Mtu>) -> Vec<Figure> {
-    let mtu = match data {
-        Section::Absent => return Vec::new(),
-        Section::Unreadable(why) => {
-            return vec![Figure::missing(
-                "mtu",
-                "MTU probe map",
-                format!("the report's mtu data could not be read: {why}"),
-            )]
-        }
-        Section::Read(m) => m,
+    let mtu = match super::readable(data, "mtu", "MTU probe map", "mtu") {
+        Ok(d) => d,
+        Err(f) => return f.into_iter().collect(),
     };
     [&mtu.up, &mtu.down]
         .into_iter()

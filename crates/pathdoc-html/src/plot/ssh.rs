@@ -35,16 +35,9 @@ struct Lines {
 /// `ceilings` is the window / RTT ceiling the verdict of each way computed
 /// (`client-to-server`, `server-to-client`), from the report's evidence.
 pub fn figures(data: &Section<Ssh>, ceilings: [Option<f64>; 2]) -> Vec<Figure> {
-    let ssh = match data {
-        Section::Absent => return Vec::new(),
-        Section::Unreadable(why) => {
-            return vec![Figure::missing(
-                "ssh-ciphers",
-                "SSH rate per cipher",
-                format!("the report's ssh data could not be read: {why}"),
-            )]
-        }
-        Section::Read(s) => s,
+    let ssh = match super::readable(data, "ssh-ciphers", "SSH rate per cipher", "ssh") {
+        Ok(d) => d,
+        Err(f) => return f.into_iter().collect(),
     };
     [("upload", ceilings[0]), ("download", ceilings[1])]
         .into_iter()

@@ -25,16 +25,9 @@ const RETRANSMISSIONS: [&str; 3] = [
 ];
 
 pub fn figures(data: &Section<Analyze>) -> Vec<Figure> {
-    let analyze = match data {
-        Section::Absent => return Vec::new(),
-        Section::Unreadable(why) => {
-            return vec![Figure::missing(
-                "stevens",
-                "Time-sequence graph",
-                format!("the report's capture data could not be read: {why}"),
-            )]
-        }
-        Section::Read(a) => a,
+    let analyze = match super::readable(data, "stevens", "Time-sequence graph", "capture") {
+        Ok(d) => d,
+        Err(f) => return f.into_iter().collect(),
     };
     let mut figures = Vec::new();
     for (c, capture) in analyze.captures.iter().enumerate() {

@@ -31,17 +31,11 @@ const STEADY: RGBColor = RGBColor(0xd9, 0xe7, 0xf4);
 
 /// Every throughput figure of the report (none when the report has no throughput data).
 pub fn figures(data: &Section<Throughput>) -> Vec<Figure> {
-    let throughput = match data {
-        Section::Absent => return Vec::new(),
-        Section::Unreadable(why) => {
-            return vec![Figure::missing(
-                "throughput",
-                "Throughput per interval",
-                format!("the report's throughput data could not be read: {why}"),
-            )]
-        }
-        Section::Read(t) => t,
-    };
+    let throughput =
+        match super::readable(data, "throughput", "Throughput per interval", "throughput") {
+            Ok(d) => d,
+            Err(f) => return f.into_iter().collect(),
+        };
     let mut figures = Vec::new();
     let many_runs = throughput.runs.len() > 2;
     for (r, run) in throughput.runs.iter().enumerate() {
