@@ -136,7 +136,7 @@ pub fn run(mut args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
     };
     let target = args.target.plan()?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let report = runtime.block_on(async {
+    let mut report = runtime.block_on(async {
         let cancel = interrupt::install(global.quiet).context("installing the Ctrl-C handler")?;
         let reached = client::reach(&args.target, &target, &progress, &cancel).await?;
         let mut report = Report::new("speed", client::target_label(&target, reached.as_ref()));
@@ -164,7 +164,6 @@ pub fn run(mut args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
         report.interrupted = cancel.is_cancelled();
         Ok::<_, anyhow::Error>(report)
     })?;
-    let mut report = report;
     report.target = remote.label(report.target);
     progress.finish();
     let code = output::print_report(&report, global);
