@@ -13,6 +13,23 @@ const C: [u8; 4] = [192, 168, 1, 100];
 const S: [u8; 4] = [203, 0, 113, 10];
 const T0: i64 = 1_700_000_000_000_000_000;
 
+/// An Ethernet/IPv4/TCP packet of this test's one connection, from either end.
+fn tcp_builder(
+    from_client: bool,
+    seq: u32,
+    win: u16,
+    ttl: u8,
+) -> etherparse::PacketBuilderStep<etherparse::TcpHeader> {
+    let (src, dst, sp, dp) = if from_client {
+        (C, S, 40000, 443)
+    } else {
+        (S, C, 443, 40000)
+    };
+    PacketBuilder::ethernet2([2; 6], [4; 6])
+        .ipv4(src, dst, ttl)
+        .tcp(sp, dp, seq, win)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn tcp(
     ms: i64,
@@ -24,14 +41,7 @@ fn tcp(
     len: usize,
     ttl: u8,
 ) -> Frame {
-    let (src, dst, sp, dp) = if from_client {
-        (C, S, 40000, 443)
-    } else {
-        (S, C, 443, 40000)
-    };
-    let mut b = PacketBuilder::ethernet2([2; 6], [4; 6])
-        .ipv4(src, dst, ttl)
-        .tcp(sp, dp, seq, win);
+    let mut b = tcp_builder(from_client, seq, win, ttl);
     for c in flags.chars() {
         b = match c {
             'S' => b.syn(),
@@ -228,15 +238,7 @@ fn connection_without_handshake_is_analysed() {
 
 /// A SYN or SYN-ACK announcing `mss`.
 fn syn_with_mss(ms: i64, from_client: bool, seq: u32, ack: u32, mss: u16) -> Frame {
-    let (src, dst, sp, dp) = if from_client {
-        (C, S, 40000, 443)
-    } else {
-        (S, C, 443, 40000)
-    };
-    let mut b = PacketBuilder::ethernet2([2; 6], [4; 6])
-        .ipv4(src, dst, 64)
-        .tcp(sp, dp, seq, 64240)
-        .syn();
+    let mut b = tcp_builder(from_client, seq, 64240, 64).syn();
     if !from_client {
         b = b.ack(ack);
     }
