@@ -125,3 +125,82 @@ fn every_command_has_examples_in_its_help() {
         );
     }
 }
+
+/// ARCHITECTURE.md's crate graph is the real one: its dependency list equals the normal
+/// dependencies between workspace crates that `cargo metadata` reports, and every crate is drawn
+/// in the diagram and has a row in the "owns" table.
+#[test]
+fn architecture_crate_graph_matches_cargo_metadata() {
+    use std::collections::BTreeSet;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(&root)
+        .output()
+        .expect("run cargo metadata");
+    assert!(out.status.success(), "cargo metadata: {out:?}");
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let short = |name: &str| name.trim_start_matches("pathdoc-").to_string();
+    let mut real = BTreeSet::new();
+    let mut crates = BTreeSet::new();
+    for package in meta["packages"].as_array().unwrap() {
+        let name = package["name"].as_str().unwrap();
+        crates.insert(name.to_string());
+        for dep in package["dependencies"].as_array().unwrap() {
+            let dep_name = dep["name"].as_str().unwrap();
+            if dep_name.starts_with("pathdoc-") && dep["kind"].is_null() {
+                real.insert((short(name), short(dep_name)));
+            }
+        }
+    }
+
+    let doc = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let begin = doc
+        .find("<!-- crate-graph:begin -->")
+        .expect("crate-graph marker");
+    let end = doc
+        .find("<!-- crate-graph:end -->")
+        .expect("crate-graph end marker");
+    let mut drawn = BTreeSet::new();
+    let mut listed = BTreeSet::new();
+    for row in doc[begin..end].lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let name = cells[1].trim_matches('`');
+        listed.insert(name.to_string());
+        for dep in cells[2].split(',').map(str::trim).filter(|d| *d != "—") {
+            drawn.insert((short(name), dep.to_string()));
+        }
+    }
+    let missing: Vec<_> = real.difference(&drawn).collect();
+    let extra: Vec<_> = drawn.difference(&real).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "ARCHITECTURE.md's crate graph is out of date: edges missing {missing:?}, edges that \
+         do not exist {extra:?}"
+    );
+    assert_eq!(
+        listed, crates,
+        "every crate needs one row in the crate-graph list"
+    );
+    let diagram = &doc[doc.find("## Crates").unwrap()..begin];
+    let owns = &doc[doc
+        .find("| crate | owns | does not |")
+        .expect("the owns table")..];
+    for name in &crates {
+        assert!(
+            diagram.contains(name.as_str()),
+            "{name} is not drawn in ARCHITECTURE.md's diagram"
+        );
+        assert!(
+            owns.contains(&format!("| `{name}` | ")),
+            "{name} has no row in ARCHITECTURE.md's \"owns\" table"
+        );
+    }
+}
