@@ -4,7 +4,7 @@
 //! also lists orphaned sockets after the server closed them).
 //!
 //! Each phase reproduces one finding of the issue and returns its figures; the load test
-//! (crates/pathdoc-cli/tests/server_load.rs) asserts them against the documented caps, and the
+//! (crates/pathdoc-cli/tests/loopback/server_load.rs) asserts them against the documented caps, and the
 //! `pathdoc-bench-attack` binary prints them for any server binary (before/after tables in
 //! docs/server.md). Every step has a deadline; every socket the generator opens closes when its
 //! phase returns.

@@ -1,6 +1,6 @@
 //! Rendering a real lab report (tests/fixtures/lab-report.json: `pathdoc check` on the lab of
 //! examples/report-lab.toml) and reports with missing or odd data. The browser-level checks
-//! (console, network, pixels) are in crates/pathdoc-cli/tests/report_html.rs.
+//! (console, network, pixels) are in crates/pathdoc-cli/tests/lab/report_html.rs.
 
 use pathdoc_core::{Finding, Report, Status};
 use pathdoc_html::{figures, render, Body};

@@ -2,7 +2,7 @@
 //! list/down/exec work across processes with versioned JSON; `down --all` removes orphans; bad
 //! input is a clear error.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 

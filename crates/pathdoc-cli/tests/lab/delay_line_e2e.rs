@@ -7,7 +7,7 @@
 use std::cell::RefCell;
 use std::io::Read;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::Mutex;
+
 use std::time::{Duration, Instant};
 
 use pathdoc_lab::delay_line::{
@@ -17,14 +17,9 @@ use pathdoc_lab::delay_line::{
 const ADDR_A: &str = "192.0.2.1";
 const ADDR_B: &str = "192.0.2.2";
 
-/// Timing and throughput tests must not share the two cores with each other.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+/// Timing and throughput tests must not share the two cores with each other (one lock for the
+/// whole lab tier).
+use crate::support::serial;
 
 /// Runs a command to completion, killing it at `deadline`.
 fn run(mut cmd: Command, deadline: Duration) -> Output {

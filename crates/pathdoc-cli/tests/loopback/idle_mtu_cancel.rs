@@ -3,7 +3,7 @@
 //! session (its probe connections close) and returns what it measured, marked interrupted —
 //! quickly, not after its horizon.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! Wireshark's tcp.analysis flags must agree packet for packet, and each scenario must get its
 //! diagnosis (and the clean one none).
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

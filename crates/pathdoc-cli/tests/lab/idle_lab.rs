@@ -1,7 +1,7 @@
 //! End-to-end tests of `pathdoc check --idle` through the lab: real conntrack NAT, real
 //! `pathdoc server` in the server namespace, time scaled to seconds via the same flags users run.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! status line is complete in itself (a non-terminal front end can print it as is), and every
 //! "done within T" it gives holds: the run ends by then.
 
-mod support;
+use crate::support;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! and `pathdoc speed`, and in a lab for the idle check (scaled down through the same flags users
 //! run). Also: a piped run reports progress as plain status lines.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpStream;

@@ -6,7 +6,7 @@
 //! `/etc/netns/<ns>/hosts` over `/etc/hosts`), so no system file is touched; the guard removes the
 //! namespace, the file and the server even when an assertion fails.
 
-mod support;
+use crate::support;
 
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};

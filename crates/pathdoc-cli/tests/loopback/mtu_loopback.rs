@@ -2,7 +2,7 @@
 //! 65 536, larger than the largest probe, so the path MTU must be reported as "at least" the
 //! probe limit, never as the probe cap itself.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

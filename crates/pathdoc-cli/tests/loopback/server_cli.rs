@@ -2,7 +2,7 @@
 //! checks are never locked out, refusals are logged and worded, logs are clean in files and
 //! pipes, `--listen` takes what people write, nonsensical limits are refused, `--once` exits.
 
-mod support;
+use crate::support;
 
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};

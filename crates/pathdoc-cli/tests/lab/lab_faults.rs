@@ -1,7 +1,7 @@
 //! End-to-end: the link faults a lab injects are what the topology says, measured with real
 //! traffic (ping, iperf3) through real kernel parts (nftables, tbf, the delay line).
 
-mod support;
+use crate::support;
 
 use pathdoc_lab::traffic::{iperf3, ping};
 use pathdoc_lab::{Lab, Topology};

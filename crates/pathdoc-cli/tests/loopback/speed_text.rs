@@ -1,7 +1,7 @@
 //! `pathdoc speed` in text mode starts with an iperf3-like table: one row per interval (per
 //! stream and their sum with -P), then a summary row, then the findings. Loopback.
 
-mod support;
+use crate::support;
 
 use std::net::TcpStream;
 use std::process::{Command, Stdio};

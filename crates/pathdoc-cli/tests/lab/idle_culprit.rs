@@ -2,7 +2,7 @@
 //! cgnat-chain scenario (home NAT → carrier NAT, both real conntrack NATs) with the two
 //! timeouts set either way round; time scaled to seconds via the same flags users run.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! seconds of the attacker leaving. The load is `pathdoc_bench_scale::attack`, the same one
 //! `pathdoc-bench-attack` runs for the before/after figures.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

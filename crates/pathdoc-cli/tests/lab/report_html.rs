@@ -4,8 +4,8 @@
 //! content with each of its series' colours really on screen; the page's verdicts match the
 //! JSON; and `pathdoc report` turns the saved JSON back into exactly the text the run printed.
 
-mod browser;
-mod support;
+use crate::browser;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -4,11 +4,10 @@
 //! iperf3 as the reference peer. Tests run one at a time (they share two cores) and each lab
 //! has its own prefix and is removed on drop, also on panic.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::process::Stdio;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use pathdoc_lab::Topology;
@@ -17,7 +16,6 @@ use support::{finding, findings, ids, parse_report, run, run_json, wait_listenin
 
 /// Lab prefix stem of this file: labs are `pdt-sp<test>-` (test names start with `sp`).
 const STEM: &str = "pdt";
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// `pathdoc speed <server> <extra> --json` from the client namespace; returns (exit code, report).
 fn speed(l: &ServerLab, extra: &[&str], deadline: Duration) -> (i32, Value) {
@@ -56,14 +54,9 @@ fn directions(report: &Value) -> Vec<&Value> {
         .collect()
 }
 
-fn lock() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 #[test]
 fn window_limited_download_names_the_window_bdp_and_sysctl() {
     let _serial = support::serial();
-    let _g = lock();
     let l = ServerLab::up(
         STEM,
         "spwin",
@@ -107,7 +100,6 @@ fn window_limited_download_names_the_window_bdp_and_sysctl() {
 #[test]
 fn lossy_long_fat_compare_cc_puts_bbr_well_ahead_of_cubic() {
     let _serial = support::serial();
-    let _g = lock();
     let l = ServerLab::up(
         STEM,
         "spllf",
@@ -150,7 +142,6 @@ fn lossy_long_fat_compare_cc_puts_bbr_well_ahead_of_cubic() {
 #[test]
 fn tbf_link_rate_is_measured_within_five_percent_and_matches_iperf3() {
     let _serial = support::serial();
-    let _g = lock();
     let topo = Topology::from_toml(
         "description = \"40 Mbit/s tbf\"\n[[hop]]\n[[link]]\n[[link]]\nrate = \"40 Mbit/s\"\n",
     )
@@ -214,7 +205,6 @@ fn tbf_link_rate_is_measured_within_five_percent_and_matches_iperf3() {
 #[test]
 fn slow_lossy_duplex_reports_the_asymmetry_and_its_direction() {
     let _serial = support::serial();
-    let _g = lock();
     let l = ServerLab::up(
         STEM,
         "spdup",
@@ -254,7 +244,6 @@ fn slow_lossy_duplex_reports_the_asymmetry_and_its_direction() {
 #[test]
 fn clean_path_gives_no_unsupported_limit_verdict() {
     let _serial = support::serial();
-    let _g = lock();
     let l = ServerLab::up(STEM, "spcln", &Topology::scenario("clean").unwrap());
     let (code, report) = check_throughput(&l, &[]);
     let bad: Vec<String> = findings(&report)
@@ -282,7 +271,6 @@ fn tbf_goodput(rate: f64, mss: f64, overhead: f64) -> f64 {
 #[test]
 fn shaped_70ms_cubic_path_has_no_false_alarm_in_ten_runs() {
     let _serial = support::serial();
-    let _g = lock();
     let topo = Topology::from_toml(
         "description = \"70 ms RTT, 50 Mbit/s tbf, jitter\"\n[[hop]]\n[[link]]\n[[link]]\nrate = \"50 Mbit/s\"\ndelay_ms = 35.0\njitter_ms = 2.0\n",
     )
@@ -338,7 +326,6 @@ fn shaped_70ms_cubic_path_has_no_false_alarm_in_ten_runs() {
 #[test]
 fn one_way_random_loss_is_loss_limited_that_way_and_named_in_the_asymmetry() {
     let _serial = support::serial();
-    let _g = lock();
     let topo = Topology::from_toml(
         "description = \"20 ms, 100 Mbit/s, 0.5 % loss towards the server\"\n[[hop]]\n[[link]]\n[[link]]\nrate = \"100 Mbit/s\"\ndelay_ms = 10.0\n[link.up]\nloss_percent = 0.5\n",
     )
@@ -398,7 +385,6 @@ fn one_way_random_loss_is_loss_limited_that_way_and_named_in_the_asymmetry() {
 #[test]
 fn asymmetric_access_lines_are_information_and_exit_0() {
     let _serial = support::serial();
-    let _g = lock();
     let line = Topology::from_toml(
         "description = \"10/50 access line\"\n[[hop]]\nkind = \"nat\"\n[[link]]\n[[link]]\ndelay_ms = 10.0\njitter_ms = 1.0\nrate = \"50 Mbit/s\"\n[link.up]\nrate = \"10 Mbit/s\"\n",
     )

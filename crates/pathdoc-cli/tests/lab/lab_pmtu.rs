@@ -1,7 +1,7 @@
 //! End-to-end: the pmtu-blackhole scenario. Big downloads stall behind a 1420-byte link when the
 //! server drops ICMP frag-needed; without that filter PMTU discovery works and they complete.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! and evaluates dist/prometheus/pathdoc-alerts.yml; the test reads everything back through
 //! Prometheus's HTTP API. A target the config does not list is refused.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::Stdio;

@@ -1,7 +1,7 @@
 //! End-to-end tests of the UDP part of `pathdoc check --idle` (RFC 4787 REQ-5 binding timeouts
 //! of both classes, REQ-6 inbound refresh) through a real conntrack NAT; time scaled to seconds.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

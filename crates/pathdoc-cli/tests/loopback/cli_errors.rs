@@ -3,7 +3,7 @@
 //! `pathdoc.error/1` document — never a panic, a hang, or a report posing as a diagnosis.
 //! Loopback only (the foreign peers are small listeners in this file).
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -4,7 +4,7 @@
 //! without touching this test. Loopback only; targets are a port nobody listens on and a listen
 //! address this host does not have, so a value that happens to be valid still ends in exit 2.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

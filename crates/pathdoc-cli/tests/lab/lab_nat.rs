@@ -1,7 +1,7 @@
 //! End-to-end: conntrack NAT hops. A strict NAT with a 3 s established timeout kills an idle TCP
 //! connection for good; a loose NAT rebuilds state from the client's next packet.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

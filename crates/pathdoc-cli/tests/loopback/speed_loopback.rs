@@ -1,7 +1,7 @@
 //! `pathdoc speed` on loopback (no lab needed): byte mode is exact, bidirectional and parallel
 //! runs report both directions with intervals, bad input and an absent server fail cleanly.
 
-mod support;
+use crate::support;
 
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};

@@ -2,7 +2,7 @@
 //! the byte offset of damage, standard input, gzip, `--flags`, `--json`, filters, and two
 //! captures refusing standard input. No lab needed.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

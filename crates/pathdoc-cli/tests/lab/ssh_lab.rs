@@ -5,7 +5,7 @@
 //! scenarios get their verdicts with the numbers behind them; a clean path gets no claim the
 //! numbers do not support. Labs have their own prefixes and are removed on drop.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -2,7 +2,7 @@
 //! the lab's server namespace, `pathdoc check <server> --mtu --json` in the client namespace,
 //! and the JSON report is checked. Each test has its own lab prefix and cleans up on panic.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
