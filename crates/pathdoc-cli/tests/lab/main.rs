@@ -31,3 +31,4 @@ mod mtu_lab;
 mod report_html;
 mod speed_lab;
 mod ssh_lab;
+mod targets;

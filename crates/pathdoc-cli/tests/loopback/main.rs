@@ -16,4 +16,3 @@ mod server_cli;
 mod server_load;
 mod speed_loopback;
 mod speed_text;
-mod targets;
