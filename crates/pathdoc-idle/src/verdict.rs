@@ -246,20 +246,63 @@ pub fn tcp_findings(
     run: &RunSummary,
     owner: &Owner,
 ) -> Vec<Finding> {
-    let mut out = Vec::new();
-    let req = "RFC 5382 REQ-5: an established TCP connection's idle timeout MUST NOT be less than 2 h 4 min";
-    let base = |status, title: String| {
+    let mut out = vec![TimeoutVerdict::new(server, run, owner).finding()];
+    if let (Some(c), Some(su)) = (client, server.upper) {
+        out.push(state_rebuilt_finding(c, su, run));
+    }
+    if let Some(su) = server.upper.filter(|_| !server.contradicts_itself()) {
+        out.extend(keepalive_finding(keepalive, su));
+    }
+    out
+}
+
+/// The `tcp-idle-timeout` finding: one of four shapes (contradicting results, a bracketed
+/// timeout, no timeout up to the longest idle tested, nothing judged), all with the same
+/// requirement, hop and run evidence.
+struct TimeoutVerdict<'a> {
+    server: &'a LadderOutcome,
+    run: &'a RunSummary,
+    owner: &'a Owner,
+    /// " (why the run was cut short; …)", or empty.
+    cut: String,
+}
+
+impl<'a> TimeoutVerdict<'a> {
+    fn new(server: &'a LadderOutcome, run: &'a RunSummary, owner: &'a Owner) -> Self {
+        let cut = run
+            .cut_short()
+            .map(|why| format!(" ({why}; this is what was measured until then)"))
+            .unwrap_or_default();
+        TimeoutVerdict {
+            server,
+            run,
+            owner,
+            cut,
+        }
+    }
+
+    fn finding(&self) -> Finding {
+        if self.server.contradicts_itself() {
+            return self.contradiction();
+        }
+        match (self.server.lower, self.server.upper) {
+            (lower, Some(upper)) => self.bracketed(lower.unwrap_or_default(), upper),
+            (Some(lower), None) => self.no_timeout_up_to(lower),
+            (None, None) => self.nothing_judged(),
+        }
+    }
+
+    fn base(&self, status: Status, title: String) -> Finding {
+        let req = "RFC 5382 REQ-5: an established TCP connection's idle timeout MUST NOT be less than 2 h 4 min";
         let f = Finding::new(CHECK, "tcp-idle-timeout", status, title).requirement(req);
-        match owner.hop() {
-            Some(h) if server.upper.is_some() => f.hop(h as u32),
+        match self.owner.hop() {
+            Some(h) if self.server.upper.is_some() => f.hop(h as u32),
             _ => f,
         }
-    };
-    let cut = run
-        .cut_short()
-        .map(|why| format!(" ({why}; this is what was measured until then)"))
-        .unwrap_or_default();
-    let common = |f: Finding| {
+    }
+
+    fn common(&self, f: Finding) -> Finding {
+        let (server, run) = (self.server, self.run);
         f.evidence(Evidence::new(
             "server-initiated probes tested",
             Quantity::Count(server.tests as u64),
@@ -276,173 +319,176 @@ pub fn tcp_findings(
             "public address seen by the server",
             Quantity::Text(run.public_addr.clone()),
         ))
-    };
-    let f = if server.contradicts_itself() {
-        common(
-            base(Status::Inconclusive, "idle-timeout results contradict each other".into())
+    }
+
+    fn contradiction(&self) -> Finding {
+        self.common(
+            self.base(Status::Inconclusive, "idle-timeout results contradict each other".into())
+            .summary(format!(
+                "Some server-initiated probes died after an idle time no longer than others survived ({} such tests; \
+                 longest idle survived {}, shortest that killed {}). A box that forgets by idle time alone never does that: \
+                 the path loses packets or state for other reasons. Not judged; re-run on a quieter path.{}",
+                self.server.contradictions,
+                self.server.lower.map_or("none".into(), format_duration),
+                self.server.upper.map_or("none".into(), format_duration),
+                self.cut,
+            ))
+            .evidence(Evidence::new("contradicting tests", Quantity::Count(self.server.contradictions as u64))),
+    )
+    }
+
+    fn bracketed(&self, lower: Duration, upper: Duration) -> Finding {
+        let (est, pm) = self.server.estimate().unwrap_or_default();
+        // A timeout of exactly the floor complies ("MUST NOT be less than"): FAIL only when
+        // the shortest idle that killed a probe is below it.
+        let status = if upper < RFC5382_FLOOR {
+            Status::Fail
+        } else {
+            Status::Pass
+        };
+        let how = self.server.main_death().map(death_words).unwrap_or("lost");
+        let interval = safe_interval(lower);
+        let who = match self.owner {
+            Owner::Unknown => "A stateful box on the path".to_string(),
+            o => capitalize(&o.words()),
+        };
+        let mut f = self.base(status, format!("idle TCP connections are dropped after {} ± {}", format_duration(est), format_duration(pm)))
                 .summary(format!(
-                    "Some server-initiated probes died after an idle time no longer than others survived ({} such tests; \
-                     longest idle survived {}, shortest that killed {}). A box that forgets by idle time alone never does that: \
-                     the path loses packets or state for other reasons. Not judged; re-run on a quieter path.{cut}",
-                    server.contradictions,
-                    server.lower.map_or("none".into(), format_duration),
-                    server.upper.map_or("none".into(), format_duration),
+                    "A probe the server sent after {} idle got through; after {} idle it was {how}. {who} forgets idle \
+                     connections {}{}. Any connection silent longer than that (an idle ssh session, a transfer waiting on a \
+                     slow peer) dies without notice.{}",
+                    format_duration(lower),
+                    format_duration(upper),
+                    self.server.bracket(),
+                    if status == Status::Fail { ", below the 2 h 4 min the RFC requires" } else { "" },
+                self.cut,
                 ))
-                .evidence(Evidence::new("contradicting tests", Quantity::Count(server.contradictions as u64))),
-        )
-    } else {
-        match (server.lower, server.upper) {
-            (lower, Some(upper)) => {
-                let lower = lower.unwrap_or_default();
-                let (est, pm) = server.estimate().unwrap_or_default();
-                // A timeout of exactly the floor complies ("MUST NOT be less than"): FAIL only when
-                // the shortest idle that killed a probe is below it.
-                let status = if upper < RFC5382_FLOOR {
-                    Status::Fail
-                } else {
-                    Status::Pass
-                };
-                let how = server.main_death().map(death_words).unwrap_or("lost");
-                let interval = safe_interval(lower);
-                let who = match owner {
-                    Owner::Unknown => "A stateful box on the path".to_string(),
-                    o => capitalize(&o.words()),
-                };
-                let mut f = base(status, format!("idle TCP connections are dropped after {} ± {}", format_duration(est), format_duration(pm)))
-                    .summary(format!(
-                        "A probe the server sent after {} idle got through; after {} idle it was {how}. {who} forgets idle \
-                         connections {}{}. Any connection silent longer than that (an idle ssh session, a transfer waiting on a \
-                         slow peer) dies without notice.{cut}",
-                        format_duration(lower),
-                        format_duration(upper),
-                        server.bracket(),
-                        if status == Status::Fail { ", below the 2 h 4 min the RFC requires" } else { "" }
-                    ))
-                    .evidence(Evidence::new("longest idle survived", Quantity::duration(lower)))
-                    .evidence(Evidence::new("shortest idle that killed the connection", Quantity::duration(upper)).with_detail(how));
-                for (k, n) in &server.deaths {
-                    f = f.evidence(Evidence::new(
-                        format!("probes {}", death_words(*k)),
-                        Quantity::Count(*n as u64),
-                    ));
-                }
-                f = common(f).remedies(keepalive_remedies(interval));
-                if status == Status::Fail {
-                    f = f.remedies(box_remedies(
-                        owner,
-                        Fault::TcpEstablished { timeout: est, pm },
-                    ));
-                }
-                f
-            }
-            (Some(lower), None) => {
-                let proven = lower >= RFC5382_FLOOR;
-                // Short of the floor, the run measured a lower bound: information, not a pass.
-                let status = if proven { Status::Pass } else { Status::Info };
-                common(
-                    base(status, format!("no idle timeout up to {}", format_duration(lower))).summary(if proven {
-                        format!("Every server-initiated probe got through, the longest after {} idle: this path meets REQ-5.", format_duration(lower))
-                    } else {
-                        format!(
-                            "Every server-initiated probe got through, the longest after {} idle. The run was shorter than the \
-                             2 h 4 min floor, so REQ-5 itself is not proven; run with --idle-max 2h10m to prove it.{cut}",
-                            format_duration(lower)
-                        )
-                    }),
-                )
                 .evidence(Evidence::new("longest idle survived", Quantity::duration(lower)))
-            }
-            (None, None) => {
-                let why = match run.cut_short() {
-                    Some(why) => format!("{}: no server-initiated test had finished.", capitalize(&why)),
-                    None => format!(
-                        "None of the probes produced a usable result ({} lost to outages of the control connection, {} in total). \
-                         Check connectivity to the server and re-run.",
-                        server.lost_to_outage,
-                        format_duration(run.outage_time)
-                    ),
-                };
-                common(
-                    base(Status::Inconclusive, "no idle probe could be judged".into()).summary(why),
-                )
-            }
+                .evidence(Evidence::new("shortest idle that killed the connection", Quantity::duration(upper)).with_detail(how));
+        for (k, n) in &self.server.deaths {
+            f = f.evidence(Evidence::new(
+                format!("probes {}", death_words(*k)),
+                Quantity::Count(*n as u64),
+            ));
         }
-    };
-    out.push(f);
+        f = self.common(f).remedies(keepalive_remedies(interval));
+        if status == Status::Fail {
+            f = f.remedies(box_remedies(
+                self.owner,
+                Fault::TcpEstablished { timeout: est, pm },
+            ));
+        }
+        f
+    }
 
-    if let (Some(c), Some(su)) = (client, server.upper) {
-        let f = match c.upper {
-            None if c.lower.is_some_and(|l| l >= su) => Finding::new(CHECK, "tcp-state-rebuilt", Status::Warn, "outbound traffic revives an expired connection, inbound does not")
+    fn no_timeout_up_to(&self, lower: Duration) -> Finding {
+        let proven = lower >= RFC5382_FLOOR;
+        // Short of the floor, the run measured a lower bound: information, not a pass.
+        let status = if proven { Status::Pass } else { Status::Info };
+        self.common(
+                self.base(status, format!("no idle timeout up to {}", format_duration(lower))).summary(if proven {
+                    format!("Every server-initiated probe got through, the longest after {} idle: this path meets REQ-5.", format_duration(lower))
+                } else {
+                    format!(
+                        "Every server-initiated probe got through, the longest after {} idle. The run was shorter than the \
+                         2 h 4 min floor, so REQ-5 itself is not proven; run with --idle-max 2h10m to prove it.{}",
+                        format_duration(lower),
+                        self.cut,
+                    )
+                }),
+            )
+            .evidence(Evidence::new("longest idle survived", Quantity::duration(lower)))
+    }
+
+    fn nothing_judged(&self) -> Finding {
+        let why = match self.run.cut_short() {
+                Some(why) => format!("{}: no server-initiated test had finished.", capitalize(&why)),
+                None => format!(
+                    "None of the probes produced a usable result ({} lost to outages of the control connection, {} in total). \
+                     Check connectivity to the server and re-run.",
+                    self.server.lost_to_outage,
+                    format_duration(self.run.outage_time)
+                ),
+            };
+        self.common(
+            self.base(Status::Inconclusive, "no idle probe could be judged".into())
+                .summary(why),
+        )
+    }
+}
+
+/// `tcp-state-rebuilt`: do client-initiated probes survive where server-initiated ones died
+/// (after `su`, the shortest idle that killed one)?
+fn state_rebuilt_finding(c: &LadderOutcome, su: Duration, run: &RunSummary) -> Finding {
+    match c.upper {
+        None if c.lower.is_some_and(|l| l >= su) => Finding::new(CHECK, "tcp-state-rebuilt", Status::Warn, "outbound traffic revives an expired connection, inbound does not")
+            .summary(format!(
+                "Client-initiated probes still got answers after {} idle, although server-initiated ones died after {}: the \
+                 box rebuilds the state when the client speaks first (mid-stream pickup), but data from the server after an \
+                 idle period is lost. Interactive sessions revive when you type; server pushes and long downloads waiting \
+                 on the server die.",
+                format_duration(c.lower.unwrap_or_default()),
+                format_duration(su)
+            ))
+            .evidence(Evidence::new("client-initiated: longest idle answered", Quantity::duration(c.lower.unwrap_or_default())))
+            .evidence(Evidence::new("server-initiated: shortest idle that died", Quantity::duration(su)))
+            .remedy(Remedy::new("Keep the connection busy from either side more often than the timeout (the keepalives of tcp-idle-timeout)").on(Host::BothEnds)),
+        Some(cu) => {
+            let how = c.main_death().map(death_words).unwrap_or("lost");
+            Finding::new(CHECK, "tcp-state-rebuilt", Status::Info, "expired connections stay dead in both directions")
                 .summary(format!(
-                    "Client-initiated probes still got answers after {} idle, although server-initiated ones died after {}: the \
-                     box rebuilds the state when the client speaks first (mid-stream pickup), but data from the server after an \
-                     idle period is lost. Interactive sessions revive when you type; server pushes and long downloads waiting \
-                     on the server die.",
-                    format_duration(c.lower.unwrap_or_default()),
-                    format_duration(su)
+                    "Client-initiated probes died too, after {} idle ({how}): the box does not rebuild state from mid-stream \
+                     packets, so once the timeout passes the connection is gone for good.",
+                    c.bracket()
                 ))
-                .evidence(Evidence::new("client-initiated: longest idle answered", Quantity::duration(c.lower.unwrap_or_default())))
-                .evidence(Evidence::new("server-initiated: shortest idle that died", Quantity::duration(su)))
-                .remedy(Remedy::new("Keep the connection busy from either side more often than the timeout (the keepalives of tcp-idle-timeout)").on(Host::BothEnds)),
-            Some(cu) => {
-                let how = c.main_death().map(death_words).unwrap_or("lost");
-                Finding::new(CHECK, "tcp-state-rebuilt", Status::Info, "expired connections stay dead in both directions")
-                    .summary(format!(
-                        "Client-initiated probes died too, after {} idle ({how}): the box does not rebuild state from mid-stream \
-                         packets, so once the timeout passes the connection is gone for good.",
-                        c.bracket()
-                    ))
-                    .evidence(Evidence::new("client-initiated: shortest idle that died", Quantity::duration(cu)).with_detail(how))
-            }
-            None => Finding::new(CHECK, "tcp-state-rebuilt", Status::Info, "client-initiated probes inconclusive")
-                .summary(format!(
-                    "Client-initiated probes did not run long enough to compare with the server-initiated ones (longest idle answered: {}){}.",
-                    c.lower.map_or("none".into(), format_duration),
-                    run.cut_short().map(|w| format!("; {w}")).unwrap_or_default()
-                )),
-        };
-        out.push(f);
+                .evidence(Evidence::new("client-initiated: shortest idle that died", Quantity::duration(cu)).with_detail(how))
+        }
+        None => Finding::new(CHECK, "tcp-state-rebuilt", Status::Info, "client-initiated probes inconclusive")
+            .summary(format!(
+                "Client-initiated probes did not run long enough to compare with the server-initiated ones (longest idle answered: {}){}.",
+                c.lower.map_or("none".into(), format_duration),
+                run.cut_short().map(|w| format!("; {w}")).unwrap_or_default()
+            )),
     }
+}
 
-    if let Some(su) = server.upper.filter(|_| !server.contradicts_itself()) {
-        let f = match keepalive {
-            Keepalive::Off => None,
-            Keepalive::NotRun(why) => Some(
-                Finding::new(CHECK, "tcp-keepalive-refresh", Status::Info, "TCP keepalive probes were not tested")
-                    .summary(format!("The keepalive probes were not tested: {why}. Whether keepalives keep the state is unknown.")),
-            ),
-            Keepalive::Tested(k) if k.idle_data <= su => Some(
-                Finding::new(CHECK, "tcp-keepalive-refresh", Status::Info, "TCP keepalive effect not measured")
-                    .summary("The keepalive probes were not idle longer than the timeout, so they prove nothing either way."),
-            ),
-            Keepalive::Tested(k) if k.alive > 0 && k.dead == 0 => Some(
-                Finding::new(CHECK, "tcp-keepalive-refresh", Status::Pass, "TCP keepalives keep the connection alive")
-                    .summary(format!(
-                        "Connections with TCP keepalives every {} carried no data for {} (longer than the timeout) and still \
-                         received the server's probe: keepalives refresh the state, so the sysctl/ssh fixes work.",
-                        format_duration(k.interval),
-                        format_duration(k.idle_data)
-                    ))
-                    .evidence(Evidence::new("keepalive probes alive", Quantity::Count(k.alive as u64))),
-            ),
-            Keepalive::Tested(k) => Some(
-                Finding::new(CHECK, "tcp-keepalive-refresh", Status::Warn, "TCP keepalives do not keep the connection alive")
-                    .summary(format!(
-                        "Connections with TCP keepalives every {} still died after {} without data: the box ignores keepalive \
-                         segments. Only data keeps the state: use an application keepalive (ssh ServerAliveInterval).",
-                        format_duration(k.interval),
-                        format_duration(k.idle_data)
-                    ))
-                    .evidence(Evidence::new("keepalive probes dead", Quantity::Count(k.dead as u64)))
-                    .remedy(
-                        Remedy::new("Use keepalives that carry data: ssh's ServerAliveInterval, or one in your application")
-                            .on(Host::Client),
-                    ),
-            ),
-        };
-        out.extend(f);
+/// `tcp-keepalive-refresh`: whether TCP keepalive probes keep the state past the timeout `su`.
+fn keepalive_finding(keepalive: &Keepalive, su: Duration) -> Option<Finding> {
+    match keepalive {
+        Keepalive::Off => None,
+        Keepalive::NotRun(why) => Some(
+            Finding::new(CHECK, "tcp-keepalive-refresh", Status::Info, "TCP keepalive probes were not tested")
+                .summary(format!("The keepalive probes were not tested: {why}. Whether keepalives keep the state is unknown.")),
+        ),
+        Keepalive::Tested(k) if k.idle_data <= su => Some(
+            Finding::new(CHECK, "tcp-keepalive-refresh", Status::Info, "TCP keepalive effect not measured")
+                .summary("The keepalive probes were not idle longer than the timeout, so they prove nothing either way."),
+        ),
+        Keepalive::Tested(k) if k.alive > 0 && k.dead == 0 => Some(
+            Finding::new(CHECK, "tcp-keepalive-refresh", Status::Pass, "TCP keepalives keep the connection alive")
+                .summary(format!(
+                    "Connections with TCP keepalives every {} carried no data for {} (longer than the timeout) and still \
+                     received the server's probe: keepalives refresh the state, so the sysctl/ssh fixes work.",
+                    format_duration(k.interval),
+                    format_duration(k.idle_data)
+                ))
+                .evidence(Evidence::new("keepalive probes alive", Quantity::Count(k.alive as u64))),
+        ),
+        Keepalive::Tested(k) => Some(
+            Finding::new(CHECK, "tcp-keepalive-refresh", Status::Warn, "TCP keepalives do not keep the connection alive")
+                .summary(format!(
+                    "Connections with TCP keepalives every {} still died after {} without data: the box ignores keepalive \
+                     segments. Only data keeps the state: use an application keepalive (ssh ServerAliveInterval).",
+                    format_duration(k.interval),
+                    format_duration(k.idle_data)
+                ))
+                .evidence(Evidence::new("keepalive probes dead", Quantity::Count(k.dead as u64)))
+                .remedy(
+                    Remedy::new("Use keepalives that carry data: ssh's ServerAliveInterval, or one in your application")
+                        .on(Host::Client),
+                ),
+        ),
     }
-    out
 }
 
 /// Findings about the run itself: outages, a session the server ended, probe modes that did
