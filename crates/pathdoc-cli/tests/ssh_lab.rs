@@ -205,6 +205,19 @@ fn sigkill_of_the_client_stops_the_far_end_server() {
     child.kill().unwrap(); // SIGKILL: no handler, no cleanup code of ours runs
     child.wait().unwrap();
     l.assert_far_end_clean(Duration::from_secs(10));
+    // The far end's shell removes the private copy the server ran from once it exits.
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<String> = std::fs::read_dir(l.cache_dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        if left.iter().all(|n| n.starts_with("pathdoc-")) {
+            break;
+        }
+        assert!(Instant::now() < until, "left on the far end: {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn assert_exit_2(l: &SshLab, args: &[&str], needle: &str) {
@@ -488,6 +501,15 @@ fn clean_path_gets_no_claim_the_numbers_do_not_support() {
     let l = SshLab::up("clean", with_sshd("clean"));
     let report = ssh_report(&l, &["-t", "3s", "--ciphers", "aes128-gcm@openssh.com"]);
     let transfers = report["data"]["ssh"]["transfers"].as_array().unwrap();
+    // The far end's evidence service answers for the SSH connection of each transfer (it
+    // refuses every other connection, docs/ssh.md).
+    for t in transfers {
+        let samples = t["server_samples"].as_array().unwrap();
+        assert!(
+            samples.iter().any(|s| s["tcp"].is_object()),
+            "no far-end TCP_INFO for the SSH connection: {samples:?}"
+        );
+    }
     for dir in ["client-to-server", "server-to-client"] {
         let f = verdict(&report, dir);
         assert_ne!(f["status"], "fail", "{f:#}");
