@@ -65,8 +65,7 @@ pub fn print_report(report: &Report, global: Global) -> i32 {
         let _ = serde_json::to_writer_pretty(&mut out, report);
         let _ = writeln!(out);
     } else {
-        let text = render_text(&terminal_safe_report(report));
-        let _ = write!(out, "{}", safe(&text));
+        let _ = write!(out, "{}", render_text(report));
     }
     report.exit_code()
 }
@@ -76,6 +75,8 @@ pub fn print_report(report: &Report, global: Global) -> i32 {
 /// in `data`), then one block per finding, evidence indented under it, remedies last, then the
 /// overall line.
 pub fn render_text(report: &Report) -> String {
+    // Fields from servers, captures and report files: escaped, one line each (see `safe`).
+    let report = &terminal_safe_report(report);
     let mut s = String::new();
     if report.command == "speed" {
         s.push_str(&crate::speed_table::render(report));
