@@ -137,6 +137,7 @@ fn ssh_kind(e: &SshError) -> ErrorKind {
         SshError::Connect { .. }
         | SshError::Timeout { .. }
         | SshError::ForeignFile { .. }
+        | SshError::UnsafeCache { .. }
         | SshError::Copy { .. }
         | SshError::ServerStart { .. }
         | SshError::Remote { .. }

@@ -2,14 +2,16 @@
 //!
 //! Everything the CLI prints goes through `outln!`/`out!`/`errln!`, which ignore write errors:
 //! `pathdoc … | head` closes the pipe early, and that must not turn into a panic (Rust ignores
-//! SIGPIPE, so a plain `println!` would panic on EPIPE).
+//! SIGPIPE, so a plain `println!` would panic on EPIPE). They also pass the text through
+//! `pathdoc_core::text::terminal_safe`: much of what is printed came from a server, an sshd,
+//! a capture or a report file, and an escape sequence in it must not reach the terminal.
 
 /// `println!` that ignores a closed stdout.
 #[macro_export]
 macro_rules! outln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($arg)*);
+        let _ = writeln!(std::io::stdout(), "{}", $crate::output::safe(&format!($($arg)*)));
     }};
 }
 
@@ -18,7 +20,7 @@ macro_rules! outln {
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = write!(std::io::stdout(), $($arg)*);
+        let _ = write!(std::io::stdout(), "{}", $crate::output::safe(&format!($($arg)*)));
     }};
 }
 
@@ -27,11 +29,27 @@ macro_rules! out {
 macro_rules! errln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
+        let _ = writeln!(std::io::stderr(), "{}", $crate::output::safe(&format!($($arg)*)));
     }};
 }
 
 use std::io::Write;
+
+/// What the print macros write: [`pathdoc_core::text::terminal_safe`] (newlines and tabs kept).
+pub fn safe(text: &str) -> std::borrow::Cow<'_, str> {
+    pathdoc_core::text::terminal_safe(text)
+}
+
+/// The report with every string in it escaped for one line of a terminal, so a field from a
+/// server or a tampered file can neither send escapes nor start a line of its own.
+pub fn terminal_safe_report(report: &Report) -> Report {
+    let Ok(mut value) = serde_json::to_value(report) else {
+        return report.clone();
+    };
+    // A remedy's command is several lines; the renderer indents each one.
+    pathdoc_core::text::escape_json_strings(&mut value, &["command"]);
+    serde_json::from_value(value).unwrap_or_else(|_| report.clone())
+}
 
 use pathdoc_core::report::{CHECK_FAILED, CHECK_INTERRUPTED, CHECK_NOT_RUN};
 use pathdoc_core::{Finding, Remedy, Report, Status};
@@ -57,6 +75,8 @@ pub fn print_report(report: &Report, global: Global) -> i32 {
 /// in `data`), then one block per finding, evidence indented under it, remedies last, then the
 /// overall line.
 pub fn render_text(report: &Report) -> String {
+    // Fields from servers, captures and report files: escaped, one line each (see `safe`).
+    let report = &terminal_safe_report(report);
     let mut s = String::new();
     if report.command == "speed" {
         s.push_str(&crate::speed_table::render(report));
@@ -208,9 +228,10 @@ pub fn print_error(err: &CliError, command: &str, global: Global) {
         let _ = serde_json::to_writer_pretty(&mut out, &doc);
         let _ = writeln!(out);
     } else {
-        errln!("pathdoc: error: {}", err.message);
+        let line = pathdoc_core::text::terminal_safe_line;
+        errln!("pathdoc: error: {}", line(&err.message));
         if let Some(hint) = &err.hint {
-            errln!("pathdoc: hint: {hint}");
+            errln!("pathdoc: hint: {}", line(hint));
         }
     }
 }

@@ -81,6 +81,8 @@ impl Plain {
         } else {
             format!("{:02}:{:02}", secs / 60, secs % 60)
         };
+        // One line each: a newline in a server's text must not start a line of its own.
+        let message = pathdoc_core::text::terminal_safe_line(message);
         crate::errln!("[{stamp}] {message}");
     }
 }
@@ -88,7 +90,10 @@ impl Plain {
 impl pathdoc_core::Progress for TerminalProgress {
     fn status(&self, message: &str) {
         match &self.mode {
-            Mode::Bar(bar) => bar.set_message(message.to_string()),
+            // The bar writes to the terminal itself, past the print macros' escaping.
+            Mode::Bar(bar) => {
+                bar.set_message(pathdoc_core::text::terminal_safe_line(message).into_owned())
+            }
             Mode::Plain(plain) => {
                 let mut p = plain.lock().unwrap_or_else(|e| e.into_inner());
                 let phase = phase_of(message);
@@ -107,7 +112,7 @@ impl pathdoc_core::Progress for TerminalProgress {
 
     fn note(&self, message: &str) {
         match &self.mode {
-            Mode::Bar(bar) => bar.println(message),
+            Mode::Bar(bar) => bar.println(pathdoc_core::text::terminal_safe_line(message)),
             Mode::Plain(plain) => plain
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())

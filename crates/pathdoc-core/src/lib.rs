@@ -5,6 +5,7 @@
 
 pub mod progress;
 pub mod report;
+pub mod text;
 pub mod units;
 
 pub use progress::{NoProgress, Progress};

@@ -90,10 +90,7 @@ impl fmt::Display for Quantity {
             Quantity::Rate(r) => f.write_str(&units::format_rate(*r)),
             Quantity::Bytes(b) => f.write_str(&units::format_bytes(*b)),
             Quantity::ByteRate(r) => f.write_str(&units::format_byte_rate(*r)),
-            Quantity::Seconds(s) if s.is_finite() && *s >= 0.0 => {
-                f.write_str(&units::format_duration(Duration::from_secs_f64(*s)))
-            }
-            Quantity::Seconds(s) => write!(f, "{s} s"),
+            Quantity::Seconds(s) => f.write_str(&units::format_seconds(*s)),
             Quantity::Percent(p) => write!(f, "{p:.2} %"),
             Quantity::Count(n) => write!(f, "{n}"),
             Quantity::Text(t) => f.write_str(t),

@@ -79,6 +79,16 @@ pub fn format_duration(d: Duration) -> String {
     }
 }
 
+/// [`format_duration`] of a number of seconds read from a report or a peer: any `f64`, so one
+/// that no `Duration` can hold (negative, NaN, 1e20) is shown as the number it is instead of
+/// panicking.
+pub fn format_seconds(secs: f64) -> String {
+    match Duration::try_from_secs_f64(secs) {
+        Ok(d) => format_duration(d),
+        Err(_) => format!("{secs} s"),
+    }
+}
+
 /// Parse a duration the way users type it on every command: `2h10m`, `130s`, `90min`, `500ms`,
 /// `1.5s`. A unit is required on every number so that `--idle-max 130` cannot silently mean
 /// seconds when the user meant minutes. Hand-written: the grammar is tiny and the messages should

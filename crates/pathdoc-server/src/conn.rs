@@ -248,7 +248,8 @@ async fn serve_control(
     if welcome(&mut conn, session.id, peer).await.is_err() {
         return;
     }
-    if session.may_log() {
+    let client_version = crate::stats::log_field(&client_version);
+    if shared.accounting.may_log_session_line(client_version.len()) {
         tracing::info!(
             client = %peer,
             session = %session.id,

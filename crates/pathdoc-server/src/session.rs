@@ -133,11 +133,6 @@ impl Session {
         self.accounting.refused(client, refuse);
     }
 
-    /// Whether the start of this session may be logged (see [`Accounting`]'s line budget).
-    pub(crate) fn may_log(&self) -> bool {
-        self.accounting.may_log_session()
-    }
-
     /// Count payload bytes a service moved for this session (for the end-of-session log).
     pub fn add_bytes(&self, sent: u64, received: u64) {
         self.bytes_sent.fetch_add(sent, Ordering::Relaxed);

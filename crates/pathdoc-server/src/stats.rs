@@ -17,12 +17,21 @@ use crate::Shared;
 const REFUSAL_LINES_PER_SECOND: u32 = 20;
 /// Session start/end lines per second; more are counted, not logged (`session_lines_not_logged`).
 const SESSION_LINES_PER_SECOND: u32 = 50;
+/// Bytes of log lines of one kind per second: lines carry what clients sent (a version, a
+/// reason), so a line budget alone would let long lines through at full rate.
+const LOG_BYTES_PER_SECOND: u64 = 16 * 1024;
+/// What a log line costs besides the client-chosen text in it (timestamp, level, addresses,
+/// session id, the fixed words).
+const LINE_OVERHEAD_BYTES: u64 = 160;
+/// Characters of a client-chosen field (its version) that reach the log.
+pub const LOG_FIELD_CHARS: usize = 64;
 
-/// Lines of one kind logged in the current second, and those left out since the start.
+/// Lines of one kind logged in the current second (and their bytes), and those left out since
+/// the start.
 #[derive(Debug)]
 struct LineBudget {
     per_second: u32,
-    window: Mutex<(Instant, u32)>,
+    window: Mutex<(Instant, u32, u64)>,
     suppressed: AtomicU64,
 }
 
@@ -30,24 +39,34 @@ impl LineBudget {
     fn new(per_second: u32) -> Self {
         LineBudget {
             per_second,
-            window: Mutex::new((Instant::now(), 0)),
+            window: Mutex::new((Instant::now(), 0, 0)),
             suppressed: AtomicU64::new(0),
         }
     }
 
-    fn allow(&self) -> bool {
+    /// Whether a line carrying `text_bytes` of variable text may be logged now.
+    fn allow(&self, text_bytes: usize) -> bool {
         let mut window = lock(&self.window);
         let now = Instant::now();
         if now.duration_since(window.0) >= Duration::from_secs(1) {
-            *window = (now, 0);
+            *window = (now, 0, 0);
         }
-        window.1 += 1;
-        if window.1 > self.per_second {
+        let bytes = LINE_OVERHEAD_BYTES + text_bytes as u64;
+        if window.1 >= self.per_second || window.2 + bytes > LOG_BYTES_PER_SECOND {
             self.suppressed.fetch_add(1, Ordering::Relaxed);
             return false;
         }
+        window.1 += 1;
+        window.2 += bytes;
         true
     }
+}
+
+/// A client-chosen string as it may appear in the log: at most [`LOG_FIELD_CHARS`] characters,
+/// control characters and bidi overrides escaped (a newline would forge log lines, an escape
+/// would reach the operator's terminal).
+pub fn log_field(text: &str) -> String {
+    pathdoc_core::text::log_field(text, LOG_FIELD_CHARS)
 }
 
 /// Counters and budgets every part of the server (and every session) reports into.
@@ -81,20 +100,26 @@ impl Accounting {
     /// Count a refusal and log it (client, reason, limit) unless refusals are flooding in.
     pub fn refused(&self, client: SocketAddr, refuse: &Refuse) {
         *lock(&self.refusals).entry(refuse.reason).or_insert(0) += 1;
-        if !self.refusal_lines.allow() {
+        if !self.refusal_lines.allow(refuse.message.len()) {
             return;
         }
         if refuse.limit > 0 {
             tracing::info!(%client, reason = %refuse.reason, limit = refuse.limit, "refused");
         } else {
-            tracing::info!(%client, reason = %refuse.reason, detail = %refuse.message, "refused");
+            let detail = pathdoc_core::text::terminal_safe_line(&refuse.message);
+            tracing::info!(%client, reason = %refuse.reason, %detail, "refused");
         }
     }
 
     /// Whether a session start/end line may be logged now (a flood of sessions must not turn
     /// into a flood of log lines; the counters line keeps the totals).
     pub(crate) fn may_log_session(&self) -> bool {
-        self.session_lines.allow()
+        self.session_lines.allow(0)
+    }
+
+    /// [`Self::may_log_session`] for a line that also carries `text_bytes` of client text.
+    pub(crate) fn may_log_session_line(&self, text_bytes: usize) -> bool {
+        self.session_lines.allow(text_bytes)
     }
 
     /// Refusals so far, by reason.
@@ -206,5 +231,26 @@ mod tests {
                 >= 100 - u64::from(REFUSAL_LINES_PER_SECOND)
         );
         assert!(process_readings().fds > 0);
+    }
+
+    #[test]
+    fn long_lines_use_up_the_byte_budget_before_the_line_budget() {
+        let lines = LineBudget::new(SESSION_LINES_PER_SECOND);
+        // A 300-byte line (the longest an escaped 64-character version makes) is not stopped
+        // by bytes before the line count…
+        let short = (0..SESSION_LINES_PER_SECOND * 2)
+            .filter(|_| lines.allow(100))
+            .count();
+        assert_eq!(short, SESSION_LINES_PER_SECOND as usize);
+        // …but 4 KiB lines are, after 16 KiB.
+        let long = LineBudget::new(SESSION_LINES_PER_SECOND);
+        let allowed = (0..SESSION_LINES_PER_SECOND)
+            .filter(|_| long.allow(4096))
+            .count();
+        assert!(allowed <= 4, "{allowed} lines of 4 KiB in one second");
+        assert_eq!(
+            log_field("pathdoc 0.1.0\n\u{1b}[2J"),
+            "pathdoc 0.1.0\\n\\x1b[2J"
+        );
     }
 }

@@ -83,6 +83,9 @@ pub struct RemoteFacts {
     pub cached: Option<String>,
     pub cached_sha256: Option<String>,
     pub hash_tool: Option<String>,
+    /// The cache directory (or one above it) is not safe to run a binary from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unsafe_cache: Option<UnsafeDir>,
 }
 
 impl RemoteFacts {
@@ -107,6 +110,7 @@ impl RemoteFacts {
                 _ => {}
             }
         }
+        f.unsafe_cache = UnsafeDir::parse(text);
         f
     }
 }
@@ -203,6 +207,87 @@ fn sh(script: &str) -> String {
 const HASH_FN: &str =
     "h() { if command -v sha256sum >/dev/null 2>&1; then sha256sum; else shasum -a 256; fi; };";
 
+/// `safe DIR`: whether only the login user (and root) can change what is in `DIR`, as OpenSSH's
+/// StrictModes judges `~/.ssh`. `DIR` itself must be a real directory (not a symlink) owned by
+/// the user and not group/world-writable; every directory above it, on the path as written and
+/// as resolved (`pwd -P`), must be owned by the user or root and not group/world-writable unless
+/// sticky (`/tmp`). An absent `DIR` is safe (it will be created with umask 077). On failure it
+/// prints `unsafe=PATH`, `unsafe_found=…`, `unsafe_why=symlink|owner|writable|type` and
+/// `unsafe_uid=UID`.
+const SAFE_FN: &str = "u=$(id -u); \
+    unsafe() { echo \"unsafe=$1\"; echo \"unsafe_found=$2\"; echo \"unsafe_why=$3\"; echo \"unsafe_uid=$u\"; return 1; }; \
+    chk() { _m=$(ls -ldn -- \"$1\" 2>/dev/null) || return 0; set -- \"$1\" \"$2\" $_m; \
+      case $3 in l*) if [ \"$2\" = 1 ]; then unsafe \"$1\" \"is a symbolic link to $(readlink -- \"$1\")\" symlink; return 1; fi; \
+        if [ \"$5\" = \"$u\" ] || [ \"$5\" = 0 ]; then return 0; fi; unsafe \"$1\" \"is a symbolic link owned by uid $5\" owner; return 1;; \
+        d*) ;; *) unsafe \"$1\" \"is not a directory (mode $3)\" type; return 1;; esac; \
+      if [ \"$5\" != \"$u\" ] && { [ \"$2\" = 1 ] || [ \"$5\" != 0 ]; }; then unsafe \"$1\" \"is owned by uid $5 (mode $3)\" owner; return 1; fi; \
+      case $3 in ?????w*|????????w*) case $3 in ?????????[tT]*) if [ \"$2\" = 0 ]; then return 0; fi;; esac; \
+        unsafe \"$1\" \"is writable by others (mode $3, owner uid $5)\" writable; return 1;; esac; return 0; }; \
+    safe() { chk \"$1\" 1 || return 1; _p=$(dirname -- \"$1\"); \
+      while :; do chk \"$_p\" 0 || return 1; case $_p in /|.) break;; esac; _p=$(dirname -- \"$_p\"); done; \
+      _q=$(cd -P -- \"$(dirname -- \"$1\")\" 2>/dev/null && pwd -P) || return 0; \
+      while [ -n \"$_q\" ]; do chk \"$_q\" 0 || return 1; [ \"$_q\" = / ] && break; _q=$(dirname -- \"$_q\"); done; return 0; };";
+
+/// The far end's cache directory, as every script computes it.
+const CACHE_DIR: &str = "c=${XDG_CACHE_HOME:-$HOME/.cache}/pathdoc;";
+
+/// A cache directory [`SAFE_FN`] refused.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+pub struct UnsafeDir {
+    /// The directory that failed (the cache directory or one above it).
+    pub path: String,
+    /// What was found, in words (owner, mode, link target).
+    pub found: String,
+    /// `symlink`, `owner`, `writable` or `type`.
+    pub why: String,
+    /// The login user's uid on the far end.
+    pub uid: String,
+}
+
+impl UnsafeDir {
+    /// From the `unsafe*=` lines of [`SAFE_FN`], if there are any.
+    fn parse(text: &str) -> Option<UnsafeDir> {
+        let mut d = UnsafeDir::default();
+        for line in text.lines() {
+            let Some((k, v)) = line.split_once('=') else {
+                continue;
+            };
+            let v = v.trim().to_string();
+            match k.trim() {
+                "unsafe" => d.path = v,
+                "unsafe_found" => d.found = v,
+                "unsafe_why" => d.why = v,
+                "unsafe_uid" => d.uid = v,
+                _ => {}
+            }
+        }
+        (!d.path.is_empty()).then_some(d)
+    }
+
+    fn into_error(self, dest: &str) -> SshError {
+        let path = &self.path;
+        let fix = match self.why.as_str() {
+            "symlink" => format!(
+                "pathdoc runs binaries only from a directory it created: remove the link (`rm {path}`) and rerun, pathdoc then creates a private directory there"
+            ),
+            "writable" => format!(
+                "Make it writable only by its owner (`chmod go-w {path}`), or remove it, and rerun"
+            ),
+            "owner" => format!(
+                "It must belong to you (uid {}) or, for a directory above the cache, to root: remove it (as its owner or root) and rerun, or point XDG_CACHE_HOME on the far end at a directory only you can write",
+                self.uid
+            ),
+            _ => format!("Remove {path} and rerun"),
+        };
+        SshError::UnsafeCache {
+            dest: dest.to_string(),
+            path: self.path,
+            found: self.found,
+            fix,
+        }
+    }
+}
+
 /// Name of our copy in the far end's cache: version, architecture and checksum prefix, so two
 /// builds never share a file.
 pub fn cached_name(sha256: &str) -> String {
@@ -215,10 +300,11 @@ pub fn cached_name(sha256: &str) -> String {
 
 fn probe_script(name: &str) -> String {
     format!(
-        "{HASH_FN} echo arch=$(uname -m); echo os=$(uname -s); \
-         c=${{XDG_CACHE_HOME:-$HOME/.cache}}/pathdoc; echo cache=$c; echo conn=$SSH_CONNECTION; \
+        "{HASH_FN} {SAFE_FN} echo arch=$(uname -m); echo os=$(uname -s); \
+         {CACHE_DIR} echo cache=$c; echo conn=$SSH_CONNECTION; \
          p=$(command -v pathdoc 2>/dev/null) && echo path=$p && echo path_version=$(\"$p\" --version 2>/dev/null); \
-         f=$c/{name}; if [ -e \"$f\" ]; then touch \"$f\" 2>/dev/null; echo cached=$f; echo cached_sum=$(h < \"$f\" 2>/dev/null | cut -d\" \" -f1); fi; \
+         if safe \"$c\"; then f=$c/{name}; if [ -L \"$f\" ]; then echo cached=$f; echo cached_sum=symlink; \
+         elif [ -e \"$f\" ]; then touch \"$f\" 2>/dev/null; echo cached=$f; echo cached_sum=$(h < \"$f\" 2>/dev/null | cut -d\" \" -f1); fi; fi; \
          for t in sha256sum shasum; do command -v $t >/dev/null 2>&1 && echo hash=$t && break; done; echo end=1"
     )
 }
@@ -255,6 +341,17 @@ pub fn probe(dest: &SshDest, name: &str, deadline: Duration) -> Result<RemoteFac
     Ok(RemoteFacts::parse(&run.stdout))
 }
 
+/// What the temporary server runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Launch {
+    /// A `pathdoc` of this version on the far end's PATH, run where it is.
+    Installed(String),
+    /// Our copy in the cache directory (file name, SHA-256): the launch script re-checks the
+    /// directory, copies the file once into a fresh private directory, verifies the copy's
+    /// checksum and runs that copy, so nothing swapped in after a check can run.
+    Cached { name: String, sha256: String },
+}
+
 /// Phase 2: the binary the server will run, and where it came from.
 fn choose_binary(
     dest: &SshDest,
@@ -262,7 +359,7 @@ fn choose_binary(
     local: &LocalBinary,
     progress: &dyn Progress,
     deadline: Duration,
-) -> Result<(String, BinarySource), SshError> {
+) -> Result<(Launch, BinarySource), SshError> {
     let ours = format!("pathdoc {VERSION}");
     if facts.os != "Linux" {
         return Err(SshError::ArchMismatch {
@@ -274,7 +371,7 @@ fn choose_binary(
     }
     if let (Some(path), Some(v)) = (&facts.pathdoc_on_path, &facts.pathdoc_on_path_version) {
         if v.trim() == ours && shell_safe(path) {
-            return Ok((path.clone(), BinarySource::Installed));
+            return Ok((Launch::Installed(path.clone()), BinarySource::Installed));
         }
     }
     if !same_arch(&facts.arch) {
@@ -285,6 +382,9 @@ fn choose_binary(
             version: VERSION.into(),
         });
     }
+    if let Some(bad) = &facts.unsafe_cache {
+        return Err(bad.clone().into_error(&dest.destination));
+    }
     if !shell_safe(&facts.cache_dir) {
         return Err(SshError::Copy {
             dest: dest.destination.clone(),
@@ -294,19 +394,23 @@ fn choose_binary(
             ),
         });
     }
-    let target = format!("{}/{}", facts.cache_dir, cached_name(&local.sha256));
+    let name = cached_name(&local.sha256);
+    let launch = Launch::Cached {
+        name: name.clone(),
+        sha256: local.sha256.clone(),
+    };
     if let Some(found) = &facts.cached {
         let sum = facts.cached_sha256.clone().unwrap_or_default();
         if sum == local.sha256 {
-            return Ok((found.clone(), BinarySource::Cached));
+            return Ok((launch, BinarySource::Cached));
         }
         return Err(SshError::ForeignFile {
             dest: dest.destination.clone(),
             path: found.clone(),
-            found: if sum.is_empty() {
-                "unreadable".into()
-            } else {
-                sum
+            found: match sum.as_str() {
+                "" => "unreadable".into(),
+                "symlink" => "a symbolic link".into(),
+                _ => sum,
             },
             expected: local.sha256.clone(),
         });
@@ -323,8 +427,8 @@ fn choose_binary(
         dest.destination,
         facts.cache_dir
     ));
-    copy_binary(dest, facts, local, &target, deadline)?;
-    Ok((target, BinarySource::Copied))
+    copy_binary(dest, local, &name, deadline)?;
+    Ok((launch, BinarySource::Copied))
 }
 
 /// Copies of other builds in the far end's cache (only names pathdoc writes, see
@@ -335,27 +439,28 @@ pub const STALE_DAYS: u32 = 1;
 const STALE_DAYS_MINUS_ONE: u32 = STALE_DAYS - 1;
 const STALE_PATTERN: &str = "pathdoc-*-*-????????????????";
 
-/// The far end's side of the copy: write to a temporary name, verify the checksum, link it
-/// into place only if nothing is there, prove it runs, then prune stale copies of other builds.
-fn copy_script(cache: &str, sum: &str, target: &str) -> String {
+/// The far end's side of the copy: check the cache directory (before and after creating it),
+/// write to a fresh `mktemp` name, verify the checksum, prove it runs, link it into place only
+/// if nothing is there, then prune stale copies of other builds.
+fn copy_script(sum: &str, name: &str) -> String {
     format!(
-        "{HASH_FN} set -e; umask 077; c=\"{cache}\"; mkdir -p \"$c\"; t=\"$c/.upload-$$\"; set -C; cat > \"$t\"; set +C; \
+        "{HASH_FN} {SAFE_FN} set -e; umask 077; {CACHE_DIR} safe \"$c\" || exit 7; mkdir -p \"$c\"; safe \"$c\" || exit 7; \
+         t=$(mktemp \"$c/.upload-XXXXXX\"); cat > \"$t\"; \
          s=$(h < \"$t\" | cut -d\" \" -f1); \
          if [ \"$s\" != \"{sum}\" ]; then rm -f \"$t\"; echo \"checksum-mismatch $s\"; exit 3; fi; \
-         chmod 700 \"$t\"; if ln \"$t\" \"{target}\" 2>/dev/null; then rm -f \"$t\"; else rm -f \"$t\"; echo exists; exit 4; fi; \
-         if v=$(\"{target}\" --version 2>&1); then echo \"version=$v\"; else rm -f \"{target}\"; echo \"does-not-run $v\"; exit 5; fi; \
-         find \"$c\" -maxdepth 1 -type f -name \"{STALE_PATTERN}\" ! -name \"$(basename \"{target}\")\" -mtime +{STALE_DAYS_MINUS_ONE} -exec rm -f {{}} + 2>/dev/null || true",
+         chmod 700 \"$t\"; if v=$(\"$t\" --version 2>&1); then echo \"version=$v\"; else rm -f \"$t\"; echo \"does-not-run $v\"; exit 5; fi; \
+         if ln \"$t\" \"$c/{name}\" 2>/dev/null; then rm -f \"$t\"; else rm -f \"$t\"; echo exists; exit 4; fi; \
+         find \"$c\" -maxdepth 1 -type f -name \"{STALE_PATTERN}\" ! -name \"{name}\" -mtime +{STALE_DAYS_MINUS_ONE} -exec rm -f {{}} + 2>/dev/null || true",
     )
 }
 
 fn copy_binary(
     dest: &SshDest,
-    facts: &RemoteFacts,
     local: &LocalBinary,
-    target: &str,
+    name: &str,
     deadline: Duration,
 ) -> Result<(), SshError> {
-    let script = copy_script(&facts.cache_dir, &local.sha256, target);
+    let script = copy_script(&local.sha256, name);
     // Room for a slow uplink: at least 1 Mbit/s for the binary on top of the step deadline.
     let budget = deadline + Duration::from_secs(local.bytes.len() as u64 * 8 / 1_000_000);
     let run = dest.run_remote(&["-T"], &sh(&script), Some(&local.bytes), budget)?;
@@ -372,7 +477,7 @@ fn copy_binary(
         ))),
         Some(4) => Err(SshError::ForeignFile {
             dest: dest.destination.clone(),
-            path: target.to_string(),
+            path: name.to_string(),
             found: "(appeared during the copy)".into(),
             expected: local.sha256.clone(),
         }),
@@ -380,6 +485,9 @@ fn copy_binary(
             "the copied binary does not run there ({}); install pathdoc {VERSION} on the far end (a build for its C library), then retry",
             out.trim_start_matches("does-not-run").trim()
         ))),
+        Some(7) => Err(UnsafeDir::parse(out)
+            .map(|d| d.into_error(&dest.destination))
+            .unwrap_or_else(|| fail(out.to_string()))),
         _ => Err(process::classify(dest, &run, "copying pathdoc")),
     }
 }
@@ -403,36 +511,94 @@ pub fn bootstrap(
     // The probe looks for the checksum-named file of *this* binary, so hash first.
     let local = local_binary()?;
     let facts = probe(dest, &cached_name(&local.sha256), opts.step_timeout)?;
-    let (binary, source) = choose_binary(dest, &facts, &local, progress, opts.step_timeout)?;
+    let (launch, source) = choose_binary(dest, &facts, &local, progress, opts.step_timeout)?;
     progress.status(&format!(
         "ssh: starting pathdoc server on {}",
         dest.destination
     ));
-    let mut server = start_server(dest, &binary, ip, opts)?;
+    let mut server = start_server(dest, &launch, &facts.cache_dir, ip, opts)?;
     server.facts = facts;
     server.source = source;
     check_reachable(dest, &config, &mut server)?;
     Ok(server)
 }
 
-fn start_server(
-    dest: &SshDest,
-    binary: &str,
-    ip: IpAddr,
-    opts: &BootstrapOptions,
-) -> Result<RemoteServer, SshError> {
-    let listen = match ip {
-        IpAddr::V4(_) => format!("0.0.0.0:{}", opts.server_port),
-        IpAddr::V6(_) => format!("[::]:{}", opts.server_port),
+/// The far end's part of phase 3. The server listens only on the address this SSH session
+/// reached the far end by (`$SSH_CONNECTION`'s third field), falling back to the wildcard of
+/// `ip`'s family only if sshd did not set it.
+fn launch_script(launch: &Launch, ip: IpAddr, opts: &BootstrapOptions) -> String {
+    let port = opts.server_port;
+    let wildcard = match ip {
+        IpAddr::V4(_) => format!("0.0.0.0:{port}"),
+        IpAddr::V6(_) => format!("[::]:{port}"),
     };
     let evidence = if opts.ssh_evidence {
         " --ssh-evidence"
     } else {
         ""
     };
-    let script = format!(
-        "exec \"{binary}\" server --listen {listen} --auth-token-stdin --exit-on-stdin-eof --ready-line{evidence}"
+    let listen = format!(
+        "set -- $SSH_CONNECTION; case ${{3:-}} in \"\") l=\"{wildcard}\";; *:*) l=\"[$3]:{port}\";; *) l=\"$3:{port}\";; esac;"
     );
+    let args = format!(
+        "server --listen \"$l\" --auth-token-stdin --exit-on-stdin-eof --ready-line{evidence}"
+    );
+    match launch {
+        Launch::Installed(binary) => format!("{listen} exec \"{binary}\" {args}"),
+        // Not `exec`: the shell stays to remove the private copy when the server exits (on
+        // stdin EOF, which is also what any end of the SSH session gives it).
+        Launch::Cached { name, sha256 } => format!(
+            "{HASH_FN} {SAFE_FN} umask 077; {CACHE_DIR} safe \"$c\" >&2 || exit 7; f=\"$c/{name}\"; \
+             if [ -L \"$f\" ] || [ ! -f \"$f\" ]; then echo \"pathdoc-bootstrap: $f is not a regular file\" >&2; exit 9; fi; \
+             d=$(mktemp -d \"$c/.run-XXXXXX\") || exit 8; b=\"$d/pathdoc\"; \
+             if ! cat < \"$f\" > \"$b\" || ! chmod 700 \"$b\"; then rm -rf \"$d\"; exit 8; fi; \
+             s=$(h < \"$b\" | cut -d\" \" -f1); \
+             if [ \"$s\" != \"{sha256}\" ]; then rm -rf \"$d\"; echo \"pathdoc-bootstrap: checksum-mismatch $f $s\" >&2; exit 3; fi; \
+             {listen} \"$b\" {args}; r=$?; rm -rf \"$d\"; exit $r"
+        ),
+    }
+}
+
+/// Why the launch script stopped before the server ran, from its stderr.
+fn launch_refusal(dest: &SshDest, launch: &Launch, stderr: &str) -> Option<SshError> {
+    if let Some(bad) = UnsafeDir::parse(stderr) {
+        return Some(bad.into_error(&dest.destination));
+    }
+    let Launch::Cached { sha256, .. } = launch else {
+        return None;
+    };
+    let line = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("pathdoc-bootstrap: "))?;
+    Some(match line.strip_prefix("checksum-mismatch ") {
+        Some(rest) => {
+            let (path, found) = rest.rsplit_once(' ').unwrap_or((rest, ""));
+            SshError::ForeignFile {
+                dest: dest.destination.clone(),
+                path: path.to_string(),
+                found: format!("{found}, changed after it was checked; it was not run"),
+                expected: sha256.clone(),
+            }
+        }
+        None => SshError::ServerStart {
+            dest: dest.destination.clone(),
+            detail: line.to_string(),
+        },
+    })
+}
+
+fn start_server(
+    dest: &SshDest,
+    launch: &Launch,
+    cache_dir: &str,
+    ip: IpAddr,
+    opts: &BootstrapOptions,
+) -> Result<RemoteServer, SshError> {
+    let script = launch_script(launch, ip, opts);
+    let remote_binary = match launch {
+        Launch::Installed(path) => path.clone(),
+        Launch::Cached { name, .. } => format!("{cache_dir}/{name}"),
+    };
     let mut args: Vec<OsString> = dest.option_args();
     for a in [
         "-T",
@@ -475,7 +641,7 @@ fn start_server(
         token,
         facts: RemoteFacts::default(),
         source: BinarySource::Installed,
-        remote_binary: binary.to_string(),
+        remote_binary,
         dest: dest.destination.clone(),
         child: Some(child),
         stdin,
@@ -490,6 +656,9 @@ fn start_server(
             Err(_) => {
                 let running = server.is_running();
                 let text = server.shutdown(Duration::from_secs(2));
+                if let Some(refused) = launch_refusal(dest, launch, &text) {
+                    return Err(refused);
+                }
                 let detail = if running {
                     format!("it printed no ready line within {:?}", opts.step_timeout)
                 } else {
@@ -502,15 +671,26 @@ fn start_server(
             }
         }
     };
-    let port = announced
+    let bound = announced
         .parse::<SocketAddr>()
-        .map(|a| a.port())
         .map_err(|_| SshError::ServerStart {
             dest: dest.destination.clone(),
             detail: format!("unreadable ready line {announced:?}"),
         })?;
-    server.addr.set_port(port);
+    server.addr = reach_address(ip, bound);
     Ok(server)
+}
+
+/// Where to connect to a server that bound `bound`: the address `ssh` resolved (it may be a
+/// NAT's public address for the far end's private one), unless the server bound the other
+/// family, which only happens when ssh reached the far end over that family: then its own.
+fn reach_address(resolved: IpAddr, bound: SocketAddr) -> SocketAddr {
+    let specific = !bound.ip().is_unspecified();
+    if specific && resolved.is_ipv4() != bound.ip().is_ipv4() {
+        bound
+    } else {
+        SocketAddr::new(resolved, bound.port())
+    }
 }
 
 fn random_token() -> String {
@@ -557,13 +737,23 @@ pub struct CleanReport {
     pub removed: u64,
 }
 
-/// Remove pathdoc's cached copies (`pathdoc-<version>-<arch>-<sum>` and interrupted uploads)
-/// from the far end's cache directory, and the directory if that leaves it empty.
+/// Remove pathdoc's cached copies (`pathdoc-<version>-<arch>-<sum>`, interrupted uploads and
+/// private run copies) from the far end's cache directory, and the directory if that leaves it
+/// empty. A cache directory [`SAFE_FN`] refuses (a symlink, someone else's) is left alone and
+/// named in the error: nothing outside pathdoc's own directory is ever removed.
 pub fn clean(dest: &SshDest, deadline: Duration) -> Result<CleanReport, SshError> {
-    let script = "c=${XDG_CACHE_HOME:-$HOME/.cache}/pathdoc; n=0; \
-                  for f in \"$c\"/pathdoc-*-*-* \"$c\"/.upload-*; do if [ -f \"$f\" ] && rm -f \"$f\"; then n=$((n+1)); fi; done; \
-                  rmdir \"$c\" 2>/dev/null; echo cache=$c; echo removed=$n";
-    let run = dest.run_remote(&["-T"], &sh(script), None, deadline)?;
+    let script = format!(
+        "{SAFE_FN} {CACHE_DIR} echo cache=$c; safe \"$c\" || exit 7; n=0; \
+         for f in \"$c\"/pathdoc-*-*-* \"$c\"/.upload-*; do if [ -f \"$f\" ] && [ ! -L \"$f\" ] && rm -f \"$f\"; then n=$((n+1)); fi; done; \
+         for d in \"$c\"/.run-*; do if [ -d \"$d\" ] && [ ! -L \"$d\" ]; then rm -rf \"$d\"; fi; done; \
+         rmdir \"$c\" 2>/dev/null; echo removed=$n"
+    );
+    let run = dest.run_remote(&["-T"], &sh(&script), None, deadline)?;
+    if run.code == Some(7) {
+        if let Some(bad) = UnsafeDir::parse(&run.stdout) {
+            return Err(bad.into_error(&dest.destination));
+        }
+    }
     if !run.success {
         return Err(process::classify(
             dest,
@@ -593,13 +783,19 @@ mod tests {
     fn scripts_survive_single_quoting() {
         let s = probe_script("pathdoc-0.1.0-x86_64-0123456789abcdef");
         assert!(!s.contains('\''), "{s}");
-        let c = copy_script(
-            "/home/u/.cache/pathdoc",
-            "ab",
-            "/home/u/.cache/pathdoc/pathdoc-0.1.0-x86_64-0123456789abcdef",
-        );
+        let c = copy_script("ab", "pathdoc-0.1.0-x86_64-0123456789abcdef");
         assert!(!c.contains('\''), "{c}");
         assert!(c.contains("-mtime +0"), "{c}");
+        for launch in [
+            Launch::Installed("/usr/bin/pathdoc".into()),
+            Launch::Cached {
+                name: "pathdoc-0.1.0-x86_64-0123456789abcdef".into(),
+                sha256: "ab".into(),
+            },
+        ] {
+            let l = launch_script(&launch, "192.0.2.1".parse().unwrap(), &Default::default());
+            assert!(!l.contains('\''), "{l}");
+        }
         assert!(sh("echo hi").starts_with("exec /bin/sh -c 'echo hi'"));
     }
 
@@ -612,6 +808,119 @@ mod tests {
         assert_eq!(f.pathdoc_on_path, None);
         assert_eq!(f.cached.as_deref(), Some("/home/a/.cache/pathdoc/x"));
         assert_eq!(f.hash_tool.as_deref(), Some("sha256sum"));
+    }
+
+    /// Runs [`SAFE_FN`] in the local `/bin/sh` on `dir`: `Ok` or the `unsafe_why` it printed.
+    fn judge(dir: &std::path::Path) -> Result<(), String> {
+        let script = format!("{SAFE_FN} safe \"$1\"");
+        let out = std::process::Command::new("/bin/sh")
+            .args(["-c", &script, "sh"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        match UnsafeDir::parse(&text) {
+            None if out.status.success() => Ok(()),
+            None => Err(format!("failed without saying why: {text}")),
+            Some(d) => {
+                assert!(!out.status.success(), "{text}");
+                Err(format!("{}:{}", d.why, d.path))
+            }
+        }
+    }
+
+    #[test]
+    fn the_cache_directory_is_judged_as_strict_modes_would() {
+        use std::os::unix::fs::{symlink, PermissionsExt};
+        let mode = |p: &std::path::Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        let root = std::env::temp_dir().join(format!("pathdoc-safe-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let base = root.join("cache");
+        let cache = base.join("pathdoc");
+        std::fs::create_dir_all(&cache).unwrap();
+        mode(&root, 0o700);
+        mode(&base, 0o700);
+        mode(&cache, 0o700);
+        assert_eq!(judge(&cache), Ok(()));
+        assert_eq!(
+            judge(&base.join("absent")),
+            Ok(()),
+            "created later, umask 077"
+        );
+        mode(&cache, 0o770);
+        assert_eq!(judge(&cache), Err(format!("writable:{}", cache.display())));
+        mode(&cache, 0o700);
+        // A parent it creates, group-writable.
+        mode(&base, 0o775);
+        assert_eq!(judge(&cache), Err(format!("writable:{}", base.display())));
+        // Sticky and world-writable like /tmp is fine above the cache directory, not for it.
+        mode(&base, 0o1777);
+        assert_eq!(judge(&cache), Ok(()));
+        mode(&cache, 0o1777);
+        assert!(judge(&cache).unwrap_err().starts_with("writable:"));
+        mode(&cache, 0o700);
+        mode(&base, 0o700);
+        // A symlink, even to a directory of our own.
+        let elsewhere = root.join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let link = base.join("linked");
+        symlink(&elsewhere, &link).unwrap();
+        assert_eq!(judge(&link), Err(format!("symlink:{}", link.display())));
+        // Another user's directory (needs root to make one).
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::chown(&cache, Some(65534), Some(65534)).unwrap();
+            assert_eq!(judge(&cache), Err(format!("owner:{}", cache.display())));
+            std::os::unix::fs::chown(&cache, Some(0), Some(0)).unwrap();
+            // Above the cache a directory of root or the user is fine; of another user not,
+            // also when reached through a symlink (the resolved path is judged too).
+            std::os::unix::fs::chown(&elsewhere, Some(65534), Some(65534)).unwrap();
+            std::fs::create_dir(elsewhere.join("pathdoc")).unwrap();
+            assert_eq!(
+                judge(&link.join("pathdoc")),
+                Err(format!("owner:{}", elsewhere.display()))
+            );
+        }
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn the_server_is_reached_by_the_address_it_bound() {
+        let v4: IpAddr = "203.0.113.10".parse().unwrap();
+        // Behind a NAT the far end binds its private address; we connect to the public one.
+        let private: SocketAddr = "10.0.0.5:4000".parse().unwrap();
+        assert_eq!(
+            reach_address(v4, private),
+            "203.0.113.10:4000".parse().unwrap()
+        );
+        // ssh went over IPv6 although the name's first address is IPv4: use what it bound.
+        let v6: SocketAddr = "[2001:db8::5]:4000".parse().unwrap();
+        assert_eq!(reach_address(v4, v6), v6);
+        let wild: SocketAddr = "[::]:4000".parse().unwrap();
+        assert_eq!(
+            reach_address(v4, wild),
+            "203.0.113.10:4000".parse().unwrap()
+        );
+    }
+
+    #[test]
+    fn unsafe_lines_become_an_error_naming_path_owner_and_fix() {
+        let d = UnsafeDir::parse(
+            "cache=/x\nunsafe=/home/a/.cache/pathdoc\nunsafe_found=is owned by uid 1001 (mode drwxrwxrwx)\nunsafe_why=owner\nunsafe_uid=1000\n",
+        )
+        .unwrap();
+        let text = d.into_error("host").to_string();
+        for needle in [
+            "/home/a/.cache/pathdoc",
+            "uid 1001",
+            "drwxrwxrwx",
+            "uid 1000",
+            "remove it",
+        ] {
+            assert!(text.contains(needle), "{needle:?} not in {text}");
+        }
+        assert_eq!(UnsafeDir::parse("cache=/x\nend=1\n"), None);
     }
 
     #[test]

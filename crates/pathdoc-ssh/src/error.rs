@@ -38,6 +38,15 @@ pub enum SshError {
         found: String,
         expected: String,
     },
+    #[error("refusing to use the far end's cache directory on {dest}: {path} {found}, so another user could replace the pathdoc binary run from it (as the user you log in as). {fix}")]
+    UnsafeCache {
+        dest: String,
+        path: String,
+        /// What was found: owner, mode or link target, in words.
+        found: String,
+        /// What to do about it.
+        fix: String,
+    },
     #[error("copying pathdoc to {dest} failed: {detail}")]
     Copy { dest: String, detail: String },
     #[error("the pathdoc server on {dest} did not start: {detail}")]

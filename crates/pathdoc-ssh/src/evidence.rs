@@ -4,8 +4,10 @@
 //!
 //! The local side is read directly ([`local_sample`]). The far end is read by the bootstrapped
 //! `pathdoc server` through [`EvidenceService`] (check kind `ssh`), which only the SSH bootstrap
-//! enables (`--ssh-evidence`, with a token): it answers for an SSH connection whose client
-//! address is the asking client's own, and for processes of the server's own user.
+//! enables (`--ssh-evidence`, with a token): it answers only for an SSH connection to the sshd
+//! that started it (the server end of its own `$SSH_CONNECTION`) whose client address is the
+//! asking client's own and which the remote command's sshd holds, and only for processes of the
+//! server's own user.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -57,12 +59,28 @@ pub struct SampleRequest {
 
 /// The far end of the SSH evidence: registered in `pathdoc server --ssh-evidence`.
 #[derive(Debug, Default)]
-pub struct EvidenceService;
+pub struct EvidenceService {
+    /// The sshd this server was started through (the server end of `$SSH_CONNECTION`).
+    sshd: Option<SocketAddr>,
+}
 
 impl EvidenceService {
+    /// Serves SSH connections to the sshd named by this process's `$SSH_CONNECTION`.
     pub fn new() -> Self {
-        EvidenceService
+        EvidenceService {
+            sshd: std::env::var("SSH_CONNECTION")
+                .ok()
+                .and_then(|c| sshd_endpoint(&c)),
+        }
     }
+}
+
+/// The server end (`IP PORT`, fields 3 and 4) of an `$SSH_CONNECTION` value.
+pub fn sshd_endpoint(ssh_connection: &str) -> Option<SocketAddr> {
+    let f: Vec<&str> = ssh_connection.split_whitespace().collect();
+    let ip: std::net::IpAddr = f.get(2)?.parse().ok()?;
+    let port: u16 = f.get(3)?.parse().ok()?;
+    Some(SocketAddr::new(ip, port))
 }
 
 #[async_trait]
@@ -83,14 +101,26 @@ impl Service for EvidenceService {
                 .await
             {
                 Ok(r) => r,
-                Err(ProtoError::Closed) => return Ok(()),
+                Err(e) if e.is_disconnect() => return Ok(()),
+                // A frame that is not a request: an answer that says so (a sample with nothing
+                // but the note, the one frame this service sends), and carry on.
+                Err(ProtoError::Malformed(m)) => {
+                    let answer = SideSample {
+                        notes: vec![format!("malformed request: {m}")],
+                        ..Default::default()
+                    };
+                    conn.send(&answer).await?;
+                    continue;
+                }
                 Err(e) => return Err(e.into()),
             };
             session.touch();
             let client_ip = session.client_ip;
-            let sample = tokio::task::spawn_blocking(move || remote_sample(&req, client_ip))
-                .await
-                .map_err(|e| ServiceError::Other(e.to_string()))?;
+            let sshd = self.sshd;
+            let sample =
+                tokio::task::spawn_blocking(move || remote_sample_for(&req, client_ip, sshd))
+                    .await
+                    .map_err(|e| ServiceError::Other(e.to_string()))?;
             conn.send(&sample).await?;
         }
     }
@@ -106,8 +136,19 @@ fn canonical(ip: std::net::IpAddr) -> std::net::IpAddr {
     }
 }
 
-/// Read the far end's side (runs on the server).
+/// Read the far end's side (runs on the server) for a server not started over SSH: only a
+/// socket the command's own sshd holds is answered for.
 pub fn remote_sample(req: &SampleRequest, asking: std::net::IpAddr) -> SideSample {
+    remote_sample_for(req, asking, None)
+}
+
+/// Read the far end's side (runs on the server). `sshd` is the sshd the server was started
+/// through: a request about a connection to any other local endpoint is refused.
+pub fn remote_sample_for(
+    req: &SampleRequest,
+    asking: std::net::IpAddr,
+    sshd: Option<SocketAddr>,
+) -> SideSample {
     let mut s = SideSample {
         host: pathdoc_sys::process::host_cpu().ok(),
         ..Default::default()
@@ -119,17 +160,16 @@ pub fn remote_sample(req: &SampleRequest, asking: std::net::IpAddr) -> SideSampl
         ));
         return s;
     }
-    match pathdoc_sys::sock_diag::tcp_socket_by_addrs(req.ssh_server, req.ssh_client) {
-        Ok(Some(sock)) => {
-            s.tcp = sock.info;
-            s.mem = sock.mem;
-            s.congestion_control = sock.congestion_control;
+    if let Some(ours) = sshd {
+        let same = ours.port() == req.ssh_server.port()
+            && canonical(ours.ip()) == canonical(req.ssh_server.ip());
+        if !same {
+            s.notes.push(format!(
+                "refused: {} is not the sshd this server was started through ({ours})",
+                req.ssh_server
+            ));
+            return s;
         }
-        Ok(None) => s.notes.push(format!(
-            "no TCP connection {} ↔ {} on the far end",
-            req.ssh_server, req.ssh_client
-        )),
-        Err(e) => s.notes.push(format!("sock_diag: {e}")),
     }
     let me = nix_uid();
     let own = |pid: u32| pathdoc_sys::process::uid(pid).is_ok_and(|u| u == me || me == 0);
@@ -153,7 +193,48 @@ pub fn remote_sample(req: &SampleRequest, asking: std::net::IpAddr) -> SideSampl
         )),
         Err(e) => s.notes.push(format!("reading /proc: {e}")),
     }
+    read_ssh_socket(req, sshd.is_some(), &mut s);
     s
+}
+
+/// The TCP state of the requested connection, if it is the one the command's sshd holds. Its
+/// fds can be unreadable (a non-root user's sshd is not dumpable): then, for a server started
+/// over SSH, the endpoint check above is what restricts the answer.
+fn read_ssh_socket(req: &SampleRequest, endpoint_checked: bool, s: &mut SideSample) {
+    let sock = match pathdoc_sys::sock_diag::tcp_socket_by_addrs(req.ssh_server, req.ssh_client) {
+        Ok(Some(sock)) => sock,
+        Ok(None) => {
+            s.notes.push(format!(
+                "no TCP connection {} ↔ {} on the far end",
+                req.ssh_server, req.ssh_client
+            ));
+            return;
+        }
+        Err(e) => {
+            s.notes.push(format!("sock_diag: {e}"));
+            return;
+        }
+    };
+    let held = match &s.ssh_process {
+        Some(p) => pathdoc_sys::sock_diag::socket_inodes_of(p.pid)
+            .ok()
+            .map(|inodes| inodes.contains(&sock.inode)),
+        None => Some(false),
+    };
+    match held {
+        Some(true) => {}
+        None if endpoint_checked => {}
+        _ => {
+            s.notes.push(format!(
+                "refused: {} ↔ {} is not the SSH connection of process {}",
+                req.ssh_server, req.ssh_client, req.command_pid
+            ));
+            return;
+        }
+    }
+    s.tcp = sock.info;
+    s.mem = sock.mem;
+    s.congestion_control = sock.congestion_control;
 }
 
 fn nix_uid() -> u32 {
@@ -253,8 +334,10 @@ mod tests {
         assert!(s.notes[0].contains("refused"), "{:?}", s.notes);
     }
 
+    /// Any TCP connection of the asker's address used to be answered for; now only the SSH
+    /// connection of the command's sshd (and, started over SSH, only to that sshd).
     #[test]
-    fn reads_a_loopback_connection_as_the_far_end_would() {
+    fn a_connection_that_is_not_the_ssh_one_gets_no_answer() {
         use std::io::{Read, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut c = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
@@ -267,14 +350,71 @@ mod tests {
             ssh_server: srv.local_addr().unwrap(),
             command_pid: std::process::id(),
         };
+        // Not started over SSH: the runner has no sshd ancestor holding this socket.
         let s = remote_sample(&req, "127.0.0.1".parse().unwrap());
-        assert!(s.tcp.unwrap().bytes_received >= 50_000, "{:?}", s.notes);
+        assert!(s.tcp.is_none(), "{:?}", s.notes);
+        assert!(
+            s.notes.iter().any(|n| n.contains("refused")),
+            "{:?}",
+            s.notes
+        );
         assert!(s.command.is_some());
-        // The test runner has no sshd ancestor.
         assert!(s.ssh_process.is_none());
+        // Started over SSH to port 22: a connection to another port is refused outright.
+        let sshd = Some("127.0.0.1:22".parse().unwrap());
+        let s = remote_sample_for(&req, "127.0.0.1".parse().unwrap(), sshd);
+        assert!(s.tcp.is_none() && s.command.is_none(), "{:?}", s.notes);
+        assert!(s.notes[0].contains("not the sshd"), "{:?}", s.notes);
+        assert_eq!(
+            sshd_endpoint("192.0.2.7 50000 203.0.113.10 22"),
+            Some("203.0.113.10:22".parse().unwrap())
+        );
+        assert_eq!(sshd_endpoint(""), None);
         let local = LocalSide::find(std::process::id());
         assert!(local.inode.is_some());
         let l = local.sample(0.0);
         assert!(l.ssh_process.is_some() && l.tcp.is_some());
+    }
+
+    /// A frame that is not a request is answered (a sample carrying only the note) and the
+    /// connection carries on; it used to close without a word.
+    #[test]
+    fn a_malformed_request_gets_an_answer_and_the_session_goes_on() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let server = pathdoc_server::Server::new(pathdoc_server::ServerConfig {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                ..Default::default()
+            })
+            .with_service(Arc::new(EvidenceService::new()))
+            .bind()
+            .await
+            .unwrap();
+            let addr = server.local_addr();
+            let task = tokio::spawn(server.run(std::future::pending(), Duration::from_millis(100)));
+            let mut client = EvidenceClient::connect(addr, None).await.unwrap();
+            client
+                .conn
+                .send(&serde_json::json!({"ssh_client": 5}))
+                .await
+                .unwrap();
+            let answer: SideSample = client
+                .conn
+                .recv_timeout(Duration::from_secs(5), "the answer")
+                .await
+                .unwrap();
+            assert!(answer.notes[0].contains("malformed request"), "{answer:?}");
+            let req = SampleRequest {
+                ssh_client: "127.0.0.1:1".parse().unwrap(),
+                ssh_server: "127.0.0.1:2".parse().unwrap(),
+                command_pid: std::process::id(),
+            };
+            let s = client.sample(&req).await.unwrap();
+            assert!(s.tcp.is_none(), "{s:?}");
+            task.abort();
+        });
     }
 }

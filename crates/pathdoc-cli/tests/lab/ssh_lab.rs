@@ -205,6 +205,19 @@ fn sigkill_of_the_client_stops_the_far_end_server() {
     child.kill().unwrap(); // SIGKILL: no handler, no cleanup code of ours runs
     child.wait().unwrap();
     l.assert_far_end_clean(Duration::from_secs(10));
+    // The far end's shell removes the private copy the server ran from once it exits.
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<String> = std::fs::read_dir(l.cache_dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        if left.iter().all(|n| n.starts_with("pathdoc-")) {
+            break;
+        }
+        assert!(Instant::now() < until, "left on the far end: {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn assert_exit_2(l: &SshLab, args: &[&str], needle: &str) {
@@ -488,6 +501,15 @@ fn clean_path_gets_no_claim_the_numbers_do_not_support() {
     let l = SshLab::up("clean", with_sshd("clean"));
     let report = ssh_report(&l, &["-t", "3s", "--ciphers", "aes128-gcm@openssh.com"]);
     let transfers = report["data"]["ssh"]["transfers"].as_array().unwrap();
+    // The far end's evidence service answers for the SSH connection of each transfer (it
+    // refuses every other connection, docs/ssh.md).
+    for t in transfers {
+        let samples = t["server_samples"].as_array().unwrap();
+        assert!(
+            samples.iter().any(|s| s["tcp"].is_object()),
+            "no far-end TCP_INFO for the SSH connection: {samples:?}"
+        );
+    }
     for dir in ["client-to-server", "server-to-client"] {
         let f = verdict(&report, dir);
         assert_ne!(f["status"], "fail", "{f:#}");
@@ -523,4 +545,228 @@ fn clean_path_gets_no_claim_the_numbers_do_not_support() {
         }
     }
     assert!(find(&report, "ssh-versions").is_some());
+}
+
+/// A second sshd (port 2222) whose sessions find `shim` first on their PATH.
+fn shimmed_sshd(l: &SshLab, shim: &Path) -> pathdoc_lab::LabProcess {
+    let dir = Path::new(&l.config()).parent().unwrap().to_path_buf();
+    let main_cfg = std::fs::read_to_string(dir.join("sshd_config.server")).unwrap();
+    let cfg: String = main_cfg
+        .lines()
+        .map(|line| {
+            if line == "Port 22" {
+                "Port 2222".to_string()
+            } else if let Some(v) = line.strip_prefix("SetEnv ") {
+                format!("SetEnv {v} PATH={}:/usr/bin:/bin", shim.display())
+            } else {
+                line.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let alt = dir.join("sshd_config.shim");
+    std::fs::write(&alt, cfg + "\n").unwrap();
+    let mut sshd = Command::new("/usr/sbin/sshd");
+    sshd.args(["-D", "-e", "-f"])
+        .arg(&alt)
+        .stderr(Stdio::null());
+    let process = l.lab.spawn("server", sshd).unwrap();
+    support::wait_listening(&l.lab, "client", "203.0.113.10:2222".parse().unwrap());
+    process
+}
+
+fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// The far end's cache directory must be one only the login user can change (as OpenSSH's
+/// StrictModes), and the binary that runs is the one whose checksum was verified. The attacker
+/// is a `sha256sum` on the far end's PATH that, right after reporting the true checksum of our
+/// cached copy, replaces that copy with another program — as the uid owning the directory (the
+/// racing user of another uid), or as the login user for a directory that is ours. Whatever
+/// pathdoc does, that program must never run. (Before the fix it ran, as root, every time.)
+#[test]
+fn far_end_cache_of_another_user_is_refused_and_a_swapped_binary_never_runs() {
+    use std::os::unix::fs::{chown, symlink};
+    let l = SshLab::up("trust", with_sshd("clean"));
+    let scratch = std::env::temp_dir().join(format!("pathdoc-trust-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+    chmod(&scratch, 0o755);
+    let ran = scratch.join("evil-ran");
+    let evil = scratch.join("evil");
+    std::fs::write(
+        &evil,
+        format!("#!/bin/sh\necho \"$@\" >> {}\nexit 1\n", ran.display()),
+    )
+    .unwrap();
+    chmod(&evil, 0o755);
+    let swapped = scratch.join("swapped");
+    let shim = scratch.join("shim");
+    std::fs::create_dir(&shim).unwrap();
+    chmod(&shim, 0o755);
+    std::fs::write(
+        shim.join("sha256sum"),
+        format!(
+            "#!/bin/sh\nsrc=$(readlink /proc/$$/fd/0)\n/usr/bin/sha256sum\n\
+             case $src in */pathdoc-*-*-*) if [ ! -e {sw} ]; then touch {sw}; d=$(dirname \"$src\"); o=$(stat -c %u \"$d\"); \
+             setpriv --reuid=$o --regid=$o --clear-groups /bin/sh -c 'cp {evil} \"$1.new\" && mv -f \"$1.new\" \"$1\"' sh \"$src\"; fi;; esac\n",
+            sw = swapped.display(),
+            evil = evil.display(),
+        ),
+    )
+    .unwrap();
+    chmod(&shim.join("sha256sum"), 0o755);
+    let _sshd = shimmed_sshd(&l, &shim);
+
+    let sum = Command::new("sha256sum").arg(PATHDOC).output().unwrap();
+    let sum = String::from_utf8_lossy(&sum.stdout)[..16].to_string();
+    let name = format!(
+        "pathdoc-{}-{}-{sum}",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::ARCH
+    );
+    let cache = l.cache_dir();
+    let base = cache.parent().unwrap().to_path_buf();
+    // A cache directory `dir` holding a valid copy of this very binary, owned by `uid`.
+    let plant = |dir: &Path, uid: u32, mode: u32| {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::copy(PATHDOC, dir.join(&name)).unwrap();
+        chown(dir.join(&name), Some(uid), Some(uid)).unwrap();
+        chown(dir, Some(uid), Some(uid)).unwrap();
+        chmod(dir, mode);
+    };
+    let reset = || {
+        let _ = std::fs::remove_file(&cache);
+        let _ = std::fs::remove_dir_all(&cache);
+        let _ = std::fs::remove_file(&swapped);
+    };
+    let via_shim = [
+        "check",
+        "--ssh",
+        "server:2222",
+        "-o",
+        "HostKeyAlias=server",
+        "--mtu",
+    ];
+    let refused = |needles: &[&str]| {
+        let (code, out, err) = l.pathdoc(&via_shim, Duration::from_secs(60));
+        assert!(
+            !ran.exists(),
+            "the swapped-in program ran: {:?}\n{err}",
+            std::fs::read_to_string(&ran)
+        );
+        assert_eq!(code, 2, "exit {code}\nstdout {out}\nstderr {err}");
+        for needle in needles {
+            assert!(err.contains(needle), "{needle:?} not in: {err}");
+        }
+        assert!(!err.contains("panicked"), "{err}");
+    };
+    let refusal = "refusing to use the far end's cache directory";
+
+    // Owned by another uid.
+    plant(&cache, 65534, 0o755);
+    refused(&[
+        refusal,
+        &cache.display().to_string(),
+        "owned by uid 65534",
+        "remove it",
+    ]);
+    // A symlink into another user's directory.
+    reset();
+    let theirs = scratch.join("theirs");
+    plant(&theirs, 65534, 0o755);
+    symlink(&theirs, &cache).unwrap();
+    refused(&[
+        refusal,
+        &cache.display().to_string(),
+        "symbolic link",
+        "rm ",
+    ]);
+    // Ours, but group- and world-writable; then a parent it created that is group-writable.
+    reset();
+    plant(&cache, 0, 0o777);
+    refused(&[refusal, "writable by others", "chmod go-w"]);
+    chmod(&cache, 0o700);
+    chmod(&base, 0o775);
+    refused(&[refusal, &base.display().to_string(), "writable by others"]);
+    chmod(&base, 0o755);
+    // Ours and private: the copy is swapped right after its checksum was read, so the file at
+    // the cached path is no longer what was verified. The server runs only a private copy whose
+    // own checksum was verified: here that fails, clearly, and nothing else runs.
+    reset();
+    plant(&cache, 0, 0o700);
+    refused(&["changed after it was checked", &name]);
+    assert!(swapped.exists(), "the attack was not attempted");
+
+    // `--ssh-clean` on a cache directory that links elsewhere removes nothing there.
+    reset();
+    let elsewhere = scratch.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let keep = [elsewhere.join(&name), elsewhere.join(".upload-1")];
+    for k in &keep {
+        std::fs::write(k, b"not pathdoc's").unwrap();
+    }
+    symlink(&elsewhere, &cache).unwrap();
+    let (code, out, err) = l.pathdoc(
+        &["check", "--ssh", "server", "--ssh-clean"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("symbolic link"), "{err}");
+    for k in &keep {
+        assert!(k.exists(), "--ssh-clean removed {}", k.display());
+    }
+    reset();
+    std::fs::remove_dir_all(&scratch).unwrap();
+}
+
+/// The temporary server listens on the address SSH reached the far end by, not on every
+/// interface, and a private run copy it used is gone when it stops.
+#[test]
+fn temporary_server_listens_only_on_the_ssh_address() {
+    let l = SshLab::up("listen", with_sshd("clean"));
+    let mut cmd = l.lab.command("client", PATHDOC);
+    cmd.args(["check", "--ssh", "server", "-F", &l.config()])
+        .args(["--throughput", "--throughput-time", "5s", "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    let until = Instant::now() + Duration::from_secs(60);
+    let listening = loop {
+        let out = Command::new("ip")
+            .args(["netns", "exec", l.lab.netns("server"), "ss", "-Htlnp"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let ours: Vec<String> = text
+            .lines()
+            .filter(|l| l.contains("\"pathdoc\""))
+            .map(str::to_string)
+            .collect();
+        if !ours.is_empty() {
+            break ours;
+        }
+        assert!(Instant::now() < until, "the far-end server never listened");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the client exited early"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for line in &listening {
+        // State, Recv-Q, Send-Q, then the local address.
+        let local = line.split_whitespace().nth(3).unwrap_or_default();
+        assert!(local.starts_with("203.0.113.10:"), "{line}");
+    }
+    let status = child.wait().unwrap();
+    assert!(matches!(status.code(), Some(0 | 1)), "{status:?}");
+    l.assert_far_end_clean(Duration::from_secs(10));
+    let left: Vec<_> = std::fs::read_dir(l.cache_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].starts_with("pathdoc-"), "{left:?}");
 }

@@ -405,3 +405,81 @@ fn the_server_logs_its_counters() {
     assert!(last["sessions_created"].as_u64().unwrap() >= 3, "{last}");
     assert_eq!(last["sessions_live"], 0, "{last}");
 }
+
+/// Hello with a client-chosen `client_version`, then hold the control connection for a moment.
+async fn hello_with_version(addr: SocketAddr, version: String) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut conn = pathdoc_proto::FramedConn::new(stream).unwrap();
+    let hello = pathdoc_proto::Hello {
+        token: None,
+        client_version: version,
+        revision: pathdoc_proto::PROTOCOL_REVISION,
+        channel: pathdoc_proto::Channel::Control {
+            check: pathdoc_proto::CheckKind::Speed,
+            resume: None,
+        },
+    };
+    pathdoc_proto::write_preamble(conn.stream_mut())
+        .await
+        .unwrap();
+    conn.send(&hello).await.unwrap();
+    pathdoc_proto::read_preamble(conn.stream_mut())
+        .await
+        .unwrap();
+    let _: Value = conn.recv().await.unwrap();
+}
+
+/// A client's version goes into the "session start" line: cut to 64 characters, escaped (a
+/// newline forged log lines, an escape reached the operator's terminal), and the log's rate
+/// limit counts bytes as well as lines (64 KiB versions made 53.6 MB of log in 30 s).
+#[test]
+fn a_hostile_client_version_cannot_forge_log_lines_or_flood_the_log() {
+    let server = Server::on_free_port(&["--log-format", "text"]);
+    let chunk = format!(
+        "\nFORGED refused\u{1b}]52;c;cGF5bG9hZA==\u{7}\u{1b}[2J{}",
+        "A".repeat(200)
+    );
+    let version: String = chunk.repeat(58_000 / chunk.len());
+    assert!(version.len() > 50_000);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    rt.block_on(async {
+        for _ in 0..3 {
+            let burst: Vec<_> = (0..40)
+                .map(|_| tokio::spawn(hello_with_version(server.addr, version.clone())))
+                .collect();
+            for b in burst {
+                b.await.unwrap();
+            }
+        }
+    });
+    let seconds = started.elapsed().as_secs_f64().max(1.0);
+    let log = server.stop();
+    assert!(
+        !log.contains('\u{1b}') && !log.contains('\u{7}'),
+        "raw escape in the log"
+    );
+    assert!(
+        !log.lines().any(|l| l.starts_with("FORGED")),
+        "a client forged a log line"
+    );
+    let starts: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("session start"))
+        .collect();
+    assert!(!starts.is_empty(), "{log}");
+    for line in &starts {
+        assert!(line.len() < 600, "{} bytes: {line}", line.len());
+        assert!(line.contains("\\nFORGED"), "{line}");
+    }
+    // 16 KiB/s of session lines, plus the other lines of a short run.
+    let budget = (seconds + 1.0) * 16.0 * 1024.0 + 8.0 * 1024.0;
+    assert!(
+        (log.len() as f64) < budget,
+        "{} bytes of log in {seconds:.1} s",
+        log.len()
+    );
+}
