@@ -16,3 +16,4 @@ mod server_cli;
 mod server_load;
 mod speed_loopback;
 mod speed_text;
+mod terminal_safety;

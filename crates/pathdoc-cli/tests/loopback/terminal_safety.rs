@@ -3,7 +3,7 @@
 //! clipboard writes, CSI screen clears and colours, C1 controls, bidi overrides and a forged
 //! "Overall: PASS" line; none of it reaches stdout or stderr raw. Loopback only.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::process::Command;
