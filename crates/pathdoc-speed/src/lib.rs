@@ -18,6 +18,7 @@ pub mod host;
 pub mod measure;
 pub mod model;
 pub mod phases;
+pub mod policer;
 pub mod service;
 pub mod spec;
 pub mod stream;
@@ -63,6 +64,10 @@ pub const FINDING_IDS: &[FindingId] = &[
     FindingId {
         id: "loss-limited",
         meaning: "≥ 0.01 % path loss without a standing queue, and the rate within the loss model's (Mathis / RFC 9438): FAIL at ≥ 0.1 % of bytes lost, else WARN",
+    },
+    FindingId {
+        id: "policer-limited",
+        meaning: "≥ 1 % of sent bytes lost on the path with no queueing delay at a flat goodput plateau that the loss model cannot explain (or with the loss concentrated where the sender exceeded the plateau): a token-bucket policer; WARN with the policed rate, a burst lower bound, pacing (fq maxrate) on the sender and the enforced-vs-paid rate for the ISP",
     },
     FindingId {
         id: "link-limited",
