@@ -1,6 +1,6 @@
 //! End-to-end tests of the throughput check on messy paths through the namespace lab: a
 //! token-bucket policer (nftables `limit … drop`), and the lossy, jittery and clean paths on which
-//! the policer verdict must not fire. `pathdoc server` runs in the lab's server, `pathdoc check
+//! the policer verdict must not fire, and a bloated uplink for the latency-under-load grade. `pathdoc server` runs in the lab's server, `pathdoc check
 //! --throughput` in its client; the JSON report is checked. Tests are short (4 s and 3 s tests
 //! through the same code path users run) and run one at a time.
 
@@ -136,6 +136,14 @@ fn lossy_jittery_and_clean_paths_get_no_policer_verdict() {
                 ids(&report),
                 report["findings"]
             );
+            for f in with_id(&report, "latency-under-load") {
+                assert_eq!(f["status"], "info", "{name} {cc}: {}", f["title"]);
+            }
+            assert_eq!(
+                with_id(&report, "latency-under-load").len(),
+                2,
+                "{name} {cc}"
+            );
             if lossy_upload && cc == "cubic" {
                 let up = with_id(&report, "loss-limited")
                     .into_iter()
@@ -144,4 +152,44 @@ fn lossy_jittery_and_clean_paths_get_no_policer_verdict() {
             }
         }
     }
+}
+
+/// A bloated uplink (10 Mbit/s, 500 ms queue) and a 20 ms-queue downlink: a bulk upload raises
+/// the RTT into grade C or worse (Warn, with SQM on the router); the download stays good.
+#[test]
+fn bloated_uplink_grades_upload_bad_and_download_good() {
+    let _serial = support::serial();
+    let l = ServerLab::up(
+        STEM,
+        "bloat",
+        &Topology::scenario("bloated-uplink").unwrap(),
+    );
+    let report = check(&l, "4s", "cubic");
+    let lat = |dir: &str| {
+        with_id(&report, "latency-under-load")
+            .into_iter()
+            .find(|f| f["direction"] == dir)
+            .unwrap_or_else(|| panic!("{dir}: {:?}", ids(&report)))
+            .clone()
+    };
+    let (up, down) = (lat("client-to-server"), lat("server-to-client"));
+    eprintln!("{}\n{}", up["title"], down["title"]);
+    let title = up["title"].as_str().unwrap();
+    assert_eq!(up["status"], "warn", "{up:#}");
+    assert!(
+        ["grade C", "grade D", "grade F"]
+            .iter()
+            .any(|g| title.contains(g)),
+        "{title}"
+    );
+    assert!(
+        up["remedies"].to_string().contains("cake bandwidth"),
+        "{up:#}"
+    );
+    let title = down["title"].as_str().unwrap();
+    assert_eq!(down["status"], "info", "{down:#}");
+    assert!(
+        ["grade A", "grade B"].iter().any(|g| title.contains(g)),
+        "{title}"
+    );
 }

@@ -598,6 +598,7 @@ pub fn diagnose_direction(d: &DirectionResult) -> Vec<Finding> {
         Limit::Policer(p) => crate::policer::policer_finding(d, &b, &p),
         Limit::Path => verdicts::path_finding(d, &b),
     });
+    findings.extend(crate::latency::latency_finding(d, &b));
     findings
 }
 
