@@ -97,6 +97,18 @@ pub fn builtin_steps() -> Vec<DemoStep> {
             adjust: no_adjust,
             show: show_ssh_cpu,
         },
+        DemoStep {
+            scenario: "policed-line",
+            title: "a 20 Mbit/s policer: heavy loss, no queueing delay",
+            adjust: no_adjust,
+            show: show_policed,
+        },
+        DemoStep {
+            scenario: "bloated-uplink",
+            title: "a 500 ms uplink buffer: ping under an upload",
+            adjust: no_adjust,
+            show: show_bloated,
+        },
     ]
 }
 
@@ -269,6 +281,49 @@ fn show_ssh_cpu(lab: &Lab, say: Say) -> Result<(), LabError> {
             format_rate(t.bits_per_second())
         ));
     }
+    Ok(())
+}
+
+/// Ping client → server while an iperf3 transfer (CUBIC, 4 s) loads one direction: the RTT an
+/// interactive session beside a bulk transfer sees.
+fn ping_under_load(lab: &Lab, say: Say, label: &str, reverse: bool) -> Result<(), LabError> {
+    let (load, ping) = std::thread::scope(|s| {
+        let load =
+            s.spawn(|| traffic::iperf3(lab, "client", "server", 4, reverse, &["-C", "cubic"]));
+        // Let the transfer fill the queue before probing.
+        std::thread::sleep(Duration::from_millis(1500));
+        let ping = traffic::ping(lab, "client", lab.addr("server"), 10, 0.2, None);
+        let load = load
+            .join()
+            .unwrap_or_else(|_| Err(LabError::Measurement("iperf3 thread panicked".into())));
+        (load, ping)
+    });
+    let (load, ping) = (load?, ping?);
+    say(format!(
+        "ping during iperf3 {label} (CUBIC, {}, {} retransmissions): RTT min/avg/max {:.1}/{:.1}/{:.1} ms, {}/{} replies",
+        format_rate(load.bits_per_second),
+        load.retransmits,
+        ping.rtt_min_ms,
+        ping.rtt_avg_ms,
+        ping.rtt_max_ms,
+        ping.received,
+        ping.transmitted
+    ));
+    Ok(())
+}
+
+fn show_policed(lab: &Lab, say: Say) -> Result<(), LabError> {
+    rtt(lab, say)?;
+    ping_under_load(lab, say, "download", true)?;
+    rate(lab, say, "upload (policed)", false)?;
+    say("the RTT hardly grows while the retransmissions pile up: a policer drops, it does not queue".into());
+    Ok(())
+}
+
+fn show_bloated(lab: &Lab, say: Say) -> Result<(), LabError> {
+    rtt(lab, say)?;
+    ping_under_load(lab, say, "upload", false)?;
+    ping_under_load(lab, say, "download", true)?;
     Ok(())
 }
 

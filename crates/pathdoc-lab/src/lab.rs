@@ -426,9 +426,10 @@ impl Lab {
                 };
                 if let Some(rate) = dir.rate {
                     let bps = rate.bits_per_second;
-                    // Bucket: ~4 ms of traffic (one 250 Hz tick), at least a few frames; queue: 50 ms.
+                    // Bucket: ~4 ms of traffic (one 250 Hz tick), at least a few frames; queue:
+                    // `queue_ms` at the rate (50 ms unless the topology says otherwise).
                     let burst = (bps / 8 / 250).max(4 * i.mtu as u64);
-                    let limit = (bps / 8 / 20).max(2 * burst);
+                    let limit = ((bps as f64 / 8.0 * dir.queue_ms / 1e3) as u64).max(2 * burst);
                     exec::run(
                         Command::new("tc")
                             .args([

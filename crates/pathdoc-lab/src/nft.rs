@@ -7,13 +7,13 @@
 //!   dropped instead of re-creating state (together with `nf_conntrack_tcp_loose=0`).
 //! - Filters: `drop-icmp-frag-needed` drops ICMP type 3 code 4 in input, forward and output.
 //! - MSS clamp: `tcp option maxseg size set N` on SYNs in forward and output.
-//! - Random loss and loss bursts are applied where packets are *received* (netdev ingress of the
+//! - Random loss, loss bursts and policers are applied where packets are *received* (netdev ingress of the
 //!   receiving interface), so the sender's stack sees a real loss on the wire, not a local error.
 
 use std::fmt::Write;
 
 use crate::plan::{HostPlan, Plan};
-use crate::topology::{Filter, HopSpec, HostSpec, Topology};
+use crate::topology::{Filter, HopSpec, HostSpec, Police, Topology};
 
 /// Name of the lab's nftables tables in each namespace.
 pub const TABLE: &str = "pathdoc";
@@ -116,6 +116,9 @@ pub fn ruleset(topology: &Topology, plan: &Plan, host: &HostPlan) -> Option<Stri
                 b.every_packets, b.burst_packets
             ));
         }
+        if let Some(p) = dir.police {
+            rules.push(police_rule(p));
+        }
         if !rules.is_empty() {
             any = true;
             let _ = writeln!(
@@ -130,6 +133,16 @@ pub fn ruleset(topology: &Topology, plan: &Plan, host: &HostPlan) -> Option<Stri
         }
     }
     any.then_some(text)
+}
+
+/// A token-bucket policer on IP bytes. Written in plain bytes: nft's `kbytes` are 1024 bytes,
+/// and the rate is SI bit/s.
+fn police_rule(p: Police) -> String {
+    format!(
+        "meta protocol ip limit rate over {} bytes/second burst {} bytes counter drop",
+        (p.rate.bits_per_second / 8).max(1),
+        p.burst.bytes
+    )
 }
 
 #[cfg(test)]
@@ -177,6 +190,25 @@ mod tests {
         let r = rules_for("slow-lossy-duplex", "server").unwrap();
         assert!(r.contains("numgen inc mod 50 < 2"), "{r}");
         assert!(rules_for("slow-lossy-duplex", "hop1").is_none());
+    }
+
+    #[test]
+    fn policer_drops_over_its_rate_at_the_receiver() {
+        let t = Topology::from_toml(
+            "[[hop]]\n[[link]]\n[[link]]\n[link.up]\npolice = { rate = \"20 Mbit/s\", burst = \"64 KiB\" }\n",
+        )
+        .unwrap();
+        let p = plan(&t, "l");
+        let r = ruleset(&t, &p, p.host("server").unwrap()).unwrap();
+        assert!(
+            r.contains("device \"lan0\"")
+                && r.contains(
+                    "limit rate over 2500000 bytes/second burst 65536 bytes counter drop"
+                ),
+            "{r}"
+        );
+        // Only the direction that has it.
+        assert!(ruleset(&t, &p, p.host("hop1").unwrap()).is_none());
     }
 
     #[test]

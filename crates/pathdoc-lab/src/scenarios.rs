@@ -157,6 +157,39 @@ sshd = true
 cpu_max_percent = 10
 "#,
     },
+    ScenarioInfo {
+        name: "policed-line",
+        summary: "home NAT, 40 ms RTT, a 100 Mbit/s line policed to 20 Mbit/s each way (64 KiB bucket): loss without queueing",
+        seed: "ISPs and clouds enforce plans with token-bucket policers that drop the excess; policed connections lose ~6x more (Flach et al., SIGCOMM 2016)",
+        toml: r#"
+description = "home NAT, 40 ms RTT, 100 Mbit/s line with a 20 Mbit/s token-bucket policer (64 KiB burst) each way"
+[[hop]]
+kind = "nat"
+[[link]]
+[[link]]
+rate = "100 Mbit/s"
+delay_ms = 20.0
+police = { rate = "20 Mbit/s", burst = "64 KiB" }
+"#,
+    },
+    ScenarioInfo {
+        name: "bloated-uplink",
+        summary: "home NAT, 20 ms RTT, 50 Mbit/s down / 10 Mbit/s up with a 500 ms modem buffer on the uplink: bufferbloat",
+        seed: "a bulk upload fills the modem's deep buffer and every interactive ssh session on the line stalls",
+        toml: r#"
+description = "home NAT, 20 ms RTT, 50 Mbit/s down (20 ms queue), 10 Mbit/s up with a 500 ms queue"
+[[hop]]
+kind = "nat"
+[[link]]
+[[link]]
+rate = "50 Mbit/s"
+queue_ms = 20
+delay_ms = 10.0
+[link.up]
+rate = "10 Mbit/s"
+queue_ms = 500
+"#,
+    },
 ];
 
 /// Names of all built-in scenarios.
@@ -192,7 +225,7 @@ mod tests {
             assert_eq!(t.name.as_deref(), Some(s.name));
             assert!(t.description.is_some(), "{}", s.name);
         }
-        assert_eq!(names().len(), 9);
+        assert_eq!(names().len(), 11);
     }
 
     #[test]
@@ -216,6 +249,14 @@ mod tests {
         let t = topology("slow-lossy-duplex").unwrap();
         assert!(t.link(1).direction(Direction::Up).burst_loss.is_some());
         assert!(t.link(1).direction(Direction::Down).burst_loss.is_none());
+        let t = topology("policed-line").unwrap();
+        for dir in [Direction::Up, Direction::Down] {
+            let d = t.link(1).direction(dir);
+            assert_eq!(d.police.map(|p| p.rate.bits_per_second), Some(20_000_000));
+        }
+        let t = topology("bloated-uplink").unwrap();
+        assert_eq!(t.link(1).direction(Direction::Up).queue_ms, 500.0);
+        assert_eq!(t.link(1).direction(Direction::Down).queue_ms, 20.0);
         assert!(topology("clean")
             .unwrap()
             .describe_faults()

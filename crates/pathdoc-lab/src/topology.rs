@@ -23,6 +23,8 @@
 //! [link.down]             # towards the client ("up" is towards the server)
 //! loss_percent = 0.3
 //! burst_loss = { every_packets = 200, burst_packets = 3 }
+//! queue_ms = 500.0        # the rate limit's queue (default 50 ms at the rate)
+//! police = { rate = "20 Mbit/s", burst = "64 KiB" }   # drop (not queue) beyond the rate
 //! ```
 //!
 //! `[[link]]` tables apply in order to link 0, 1, …; links not listed are clean.
@@ -249,6 +251,12 @@ pub struct LinkSpec {
     pub jitter_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_percent: Option<f64>,
+    /// Queue of the rate limit (tbf), in milliseconds at the rate: 50 when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_ms: Option<f64>,
+    /// A token-bucket policer that drops what exceeds its rate (no queue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub police: Option<Police>,
     #[serde(default)]
     pub up: DirectionSpec,
     #[serde(default)]
@@ -271,7 +279,24 @@ pub struct DirectionSpec {
     pub loss_percent: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst_loss: Option<BurstLoss>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub police: Option<Police>,
 }
+
+/// A token-bucket policer (nftables `limit rate over … burst … drop` at the receiving interface):
+/// IP bytes beyond `rate` are dropped at once once the `burst` allowance is spent — nothing is
+/// queued, unlike the tbf of `rate`. What ISPs and clouds use to enforce a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Police {
+    pub rate: Rate,
+    pub burst: Size,
+}
+
+/// Default queue of a rate limit, milliseconds at the rate.
+pub const DEFAULT_QUEUE_MS: f64 = 50.0;
 
 /// Deterministic loss bursts: of every `every_packets` IPv4 packets, `burst_packets` in a row are
 /// dropped (nftables `numgen inc mod every < burst`). Loss rate = burst / every.
@@ -310,6 +335,9 @@ pub struct DirectionSettings {
     pub jitter_ms: f64,
     pub loss_percent: f64,
     pub burst_loss: Option<BurstLoss>,
+    /// Queue of the tbf, milliseconds at the rate.
+    pub queue_ms: f64,
+    pub police: Option<Police>,
 }
 
 impl DirectionSettings {
@@ -336,6 +364,8 @@ impl LinkSpec {
             jitter_ms: d.jitter_ms.or(self.jitter_ms).unwrap_or(0.0),
             loss_percent: d.loss_percent.or(self.loss_percent).unwrap_or(0.0),
             burst_loss: d.burst_loss,
+            queue_ms: d.queue_ms.or(self.queue_ms).unwrap_or(DEFAULT_QUEUE_MS),
+            police: d.police.or(self.police),
         }
     }
 
@@ -421,6 +451,72 @@ impl<'de> Deserialize<'de> for Rate {
             Raw::Int(b) if b > 0 => Ok(Rate { bits_per_second: b }),
             Raw::Int(_) => Err(serde::de::Error::custom("rate must be positive")),
             Raw::Text(t) => Rate::parse(&t).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// A size in bytes. In TOML: an integer (bytes) or a string such as `"64 KiB"`, `"1 MiB"`,
+/// `"1500 B"` (IEC prefixes: Ki = 1024, Mi = 1024²).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size {
+    pub bytes: u64,
+}
+
+impl Size {
+    /// Parse `"64 KiB"`, `"2MiB"`, `"1500"`, ...
+    pub fn parse(text: &str) -> Result<Size, String> {
+        let t = text.trim();
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let value: f64 = num
+            .parse()
+            .map_err(|_| format!("size `{text}`: expected a number then a unit like KiB"))?;
+        let mult = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1.0,
+            "kib" => 1024.0,
+            "mib" => 1024.0 * 1024.0,
+            other => {
+                return Err(format!(
+                    "size `{text}`: unknown unit `{other}` (use B, KiB, MiB)"
+                ))
+            }
+        };
+        let bytes = value * mult;
+        if !bytes.is_finite() || bytes < 1.0 {
+            return Err(format!("size `{text}` is not a positive size"));
+        }
+        Ok(Size {
+            bytes: bytes.round() as u64,
+        })
+    }
+}
+
+impl fmt::Display for Size {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", pathdoc_core::units::format_bytes(self.bytes))
+    }
+}
+
+impl Serialize for Size {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.bytes)
+    }
+}
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(b) if b > 0 => Ok(Size { bytes: b }),
+            Raw::Int(_) => Err(serde::de::Error::custom("size must be positive")),
+            Raw::Text(t) => Size::parse(&t).map_err(serde::de::Error::custom),
         }
     }
 }
@@ -579,6 +675,31 @@ impl Topology {
                         d.loss_percent
                     ));
                 }
+                if !(1.0..=10_000.0).contains(&d.queue_ms) {
+                    return bad(format!(
+                        "{at}: queue_ms {} out of range (1 .. 10000)",
+                        d.queue_ms
+                    ));
+                }
+                if d.queue_ms != DEFAULT_QUEUE_MS && d.rate.is_none() {
+                    return bad(format!(
+                        "{at}: queue_ms is the queue of a rate limit and needs a rate"
+                    ));
+                }
+                if let Some(p) = d.police {
+                    if p.rate.bits_per_second < 8_000 || p.rate.bits_per_second > 100_000_000_000 {
+                        return bad(format!(
+                            "{at}: police rate {} out of range (8 kbit/s .. 100 Gbit/s)",
+                            p.rate
+                        ));
+                    }
+                    if p.burst.bytes < u64::from(d.mtu) || p.burst.bytes > 1 << 30 {
+                        return bad(format!(
+                            "{at}: police burst {} out of range (one MTU, {} B .. 1 GiB)",
+                            p.burst, d.mtu
+                        ));
+                    }
+                }
                 if let Some(b) = d.burst_loss {
                     if b.every_packets == 0
                         || b.burst_packets == 0
@@ -667,6 +788,15 @@ impl Topology {
                 }
                 if let Some(r) = d.rate {
                     parts.push(format!("rate {r}"));
+                    if d.queue_ms != DEFAULT_QUEUE_MS {
+                        parts.push(format!("queue {} ms", d.queue_ms));
+                    }
+                }
+                if let Some(p) = d.police {
+                    parts.push(format!(
+                        "policer {} (burst {}), excess dropped",
+                        p.rate, p.burst
+                    ));
                 }
                 if d.delay_ms > 0.0 {
                     parts.push(format!("delay {} ms", d.delay_ms));
@@ -794,6 +924,45 @@ burst_loss = { every_packets = 100, burst_packets = 3 }
         assert!(t.describe_faults().iter().any(|f| f.contains("20 %")));
         assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t);
         assert!(!Topology::from_toml("").unwrap().to_toml().contains("sshd"));
+    }
+
+    #[test]
+    fn policer_and_queue_parse_validate_and_describe() {
+        let t = Topology::from_toml(
+            "[[link]]\nrate = \"20 Mbit/s\"\nqueue_ms = 500.0\npolice = { rate = \"20 Mbit/s\", burst = \"64 KiB\" }\n[link.down]\nqueue_ms = 20\n",
+        )
+        .unwrap();
+        let up = t.link(0).direction(Direction::Up);
+        let down = t.link(0).direction(Direction::Down);
+        assert_eq!((up.queue_ms, down.queue_ms), (500.0, 20.0));
+        let p = up.police.unwrap();
+        assert_eq!((p.rate, p.burst.bytes), (Rate::mbit(20), 65536));
+        assert_eq!(down.police, Some(p));
+        assert_eq!(
+            Topology::from_toml("[[link]]\nrate = 1000000")
+                .unwrap()
+                .link(0)
+                .direction(Direction::Up)
+                .queue_ms,
+            DEFAULT_QUEUE_MS
+        );
+        let faults = t.describe_faults().join("\n");
+        assert!(
+            faults.contains("queue 500 ms")
+                && faults.contains("policer 20.0 Mbit/s (burst 64.0 KiB)"),
+            "{faults}"
+        );
+        assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t);
+        assert_eq!(Size::parse("1500").unwrap().bytes, 1500);
+        assert_eq!(Size::parse("1 MiB").unwrap().bytes, 1 << 20);
+        assert!(Size::parse("3 parsecs").is_err() && Size::parse("0").is_err());
+        assert!(err("[[link]]\nqueue_ms = 100.0").contains("needs a rate"));
+        assert!(err("[[link]]\nrate = 1000000\nqueue_ms = 0.0").contains("queue_ms"));
+        assert!(err("[[link]]\npolice = { rate = \"20 Mbit/s\", burst = 100 }").contains("burst"));
+        assert!(
+            err("[[link]]\npolice = { rate = \"1 bit/s\", burst = 65536 }").contains("police rate")
+        );
+        assert!(err("[[link]]\npolice = { rate = \"1 Mbit/s\" }").contains("burst"));
     }
 
     #[test]

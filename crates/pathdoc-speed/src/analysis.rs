@@ -419,17 +419,21 @@ pub enum Limit {
     ReceiveWindow,
     SendBuffer,
     Loss { model_bps: f64 },
+    Policer(crate::policer::Policed),
     Path,
 }
 
-/// The limit the numbers support, checked in this order: a busy process, the receive window, path
-/// loss, a host without CPU to spare, the send buffer; otherwise the path.
+/// The limit the numbers support, checked in this order: a busy process, the receive window, a
+/// policer, path loss, a host without CPU to spare, the send buffer; otherwise the path.
 pub fn limit(d: &DirectionResult, b: &Basis) -> Limit {
     if let Some(cause) = process_cpu_bound(d, b) {
         return Limit::Cpu(cause);
     }
     if receive_window_bound(d, b) {
         return Limit::ReceiveWindow;
+    }
+    if let Some(p) = crate::policer::policed(d, b) {
+        return Limit::Policer(p);
     }
     if let Some(model_bps) = loss_bound(d, b) {
         return Limit::Loss { model_bps };
@@ -591,8 +595,10 @@ pub fn diagnose_direction(d: &DirectionResult) -> Vec<Finding> {
         Limit::ReceiveWindow => verdicts::rwnd_finding(d, &b),
         Limit::SendBuffer => verdicts::sndbuf_finding(d, &b),
         Limit::Loss { model_bps } => verdicts::loss_finding(d, &b, model_bps),
+        Limit::Policer(p) => crate::policer::policer_finding(d, &b, &p),
         Limit::Path => verdicts::path_finding(d, &b),
     });
+    findings.extend(crate::latency::latency_finding(d, &b));
     findings
 }
 

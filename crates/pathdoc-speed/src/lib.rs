@@ -15,9 +15,11 @@ pub mod analysis;
 pub mod client;
 pub mod compare;
 pub mod host;
+pub mod latency;
 pub mod measure;
 pub mod model;
 pub mod phases;
+pub mod policer;
 pub mod service;
 pub mod spec;
 pub mod stream;
@@ -63,6 +65,14 @@ pub const FINDING_IDS: &[FindingId] = &[
     FindingId {
         id: "loss-limited",
         meaning: "≥ 0.01 % path loss without a standing queue, and the rate within the loss model's (Mathis / RFC 9438): FAIL at ≥ 0.1 % of bytes lost, else WARN",
+    },
+    FindingId {
+        id: "policer-limited",
+        meaning: "≥ 1 % of sent bytes lost on the path with no queueing delay at a flat goodput plateau that the loss model cannot explain (or with the loss concentrated where the sender exceeded the plateau): a token-bucket policer; WARN with the policed rate, a burst lower bound, pacing (fq maxrate) on the sender and the enforced-vs-paid rate for the ISP",
+    },
+    FindingId {
+        id: "latency-under-load",
+        meaning: "RTT idle vs while this direction was saturated, with the DSLReports bufferbloat grade (A+ < 5 ms … F ≥ 400 ms increase): INFO for A+..B, WARN from a 60 ms increase (C or worse) with SQM (cake/fq_codel shaped below the line rate) on the router at the bottleneck",
     },
     FindingId {
         id: "link-limited",

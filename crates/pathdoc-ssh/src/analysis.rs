@@ -851,9 +851,16 @@ fn network_verdict(
         ),
         _ => String::new(),
     };
+    // pathdoc-speed found a policer on the raw stream: the "network limit" is a provider's
+    // token rate, and the throughput check's pacing remedy applies to SSH too.
+    let policed = if input.raw_limit == Some("policer-limited") {
+        " Raw TCP on this path was policed (the throughput check's policer-limited: heavy loss without queueing at a flat rate): the limit is a token-bucket policer, and pacing the sender below its rate avoids the drops."
+    } else {
+        ""
+    };
     let mut f = f
         .summary(format!(
-            "SSH moved {} ({}) {}, {} of what raw TCP reached on the same path ({}): SSH costs little here; the network (or its far end) is the limit.{also_window}",
+            "SSH moved {} ({}) {}, {} of what raw TCP reached on the same path ({}): SSH costs little here; the network (or its far end) is the limit.{policed}{also_window}",
             format_rate(rate),
             format_byte_rate(rate / 8.0),
             input.way.label(),
@@ -1097,6 +1104,21 @@ mod tests {
             "{}",
             f.summary
         );
+    }
+
+    #[test]
+    fn network_verdict_names_a_policer_found_on_raw_tcp() {
+        let t = [transfer(
+            Way::Download,
+            None,
+            "chacha20-poly1305@openssh.com",
+            steady(18e6, 0.04, 0.03, 100.0),
+        )];
+        let f = judge(Way::Download, Some(19e6), Some("policer-limited"), &t);
+        assert_eq!(f.id, "ssh-network-limited");
+        assert!(f.summary.contains("token-bucket policer"), "{}", f.summary);
+        let f = judge(Way::Download, Some(19e6), Some("link-limited"), &t);
+        assert!(!f.summary.contains("policer"), "{}", f.summary);
     }
 
     #[test]

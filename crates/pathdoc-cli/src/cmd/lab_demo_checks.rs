@@ -33,6 +33,13 @@ pub fn check_args(scenario: &str) -> Option<&'static [&'static str]> {
             "--throughput-compare-cc",
         ],
         "window-limited" => &["--throughput", "--throughput-time", "4s"],
+        "policed-line" | "bloated-uplink" => &[
+            "--throughput",
+            "--throughput-time",
+            "4s",
+            "--throughput-cc",
+            "cubic",
+        ],
         // The duplex-mismatch story had a loss-based sender; BBR would hide the rate loss.
         "slow-lossy-duplex" => &[
             "--throughput",

@@ -160,3 +160,52 @@ fn tcp_min_rtt_ms(lab: &Lab, client: &str, server: &str, addr: std::net::IpAddr)
     echo.join().unwrap();
     f64::from(info.min_rtt) / 1000.0
 }
+
+/// `queue_ms` sizes the tbf queue (a bulk upload through a 300 ms queue delays a ping beside it
+/// by most of it), and `police` drops what exceeds its rate without queueing anything (the
+/// download loses segments while a ping beside it sees no added delay).
+#[test]
+fn queue_size_and_policer_act_on_real_traffic() {
+    let _serial = support::serial();
+    let _c = Cleanup::new(STEM, "pol");
+    let topo = Topology::from_toml(
+        "[[hop]]\n[[link]]\n[[link]]\ndelay_ms = 5.0\n[link.up]\nrate = \"10 Mbit/s\"\nqueue_ms = 300\n[link.down]\npolice = { rate = \"10 Mbit/s\", burst = \"64 KiB\" }\n",
+    )
+    .unwrap();
+    let lab = Lab::up(&topo, &opts(STEM, "pol")).unwrap();
+    let server = lab.addr("server");
+    let under_load = |reverse: bool| {
+        std::thread::scope(|s| {
+            let load = s.spawn(|| iperf3(&lab, "client", "server", 4, reverse, &["-C", "cubic"]));
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+            let p = ping(&lab, "client", server, 10, 0.2, None).unwrap();
+            (load.join().unwrap().unwrap(), p)
+        })
+    };
+    let idle = ping(&lab, "client", server, 5, 0.05, None).unwrap();
+    let (up, p_up) = under_load(false);
+    assert!(
+        p_up.rtt_avg_ms > idle.rtt_avg_ms + 150.0,
+        "a 300 ms queue under an upload ({} bit/s): ping {} ms vs {} ms idle",
+        up.bits_per_second,
+        p_up.rtt_avg_ms,
+        idle.rtt_avg_ms
+    );
+    let (down, p_down) = under_load(true);
+    assert!(
+        p_down.rtt_avg_ms < idle.rtt_avg_ms + 5.0 && down.retransmits > 50,
+        "policed download: ping {} ms vs {} ms idle, {} retransmissions",
+        p_down.rtt_avg_ms,
+        idle.rtt_avg_ms,
+        down.retransmits
+    );
+    // nftables' byte bucket holds one second at the rate plus the burst (docs/lab.md): a 4 s
+    // transfer gets at most 10 Mbit/s + (1.25 MB + 64 KiB) · 8 / 4 s ≈ 12.6 Mbit/s.
+    assert!(
+        down.bits_per_second > 8e6 && down.bits_per_second < 12.8e6,
+        "policed download {} bit/s",
+        down.bits_per_second
+    );
+    lab.down().unwrap();
+    assert_nothing_left(STEM, "pol", &[]);
+}

@@ -209,7 +209,9 @@ fn cli_list_and_bad_input() {
             "window-limited",
             "slow-lossy-duplex",
             "ssh-window-limited",
-            "ssh-cpu-limited"
+            "ssh-cpu-limited",
+            "policed-line",
+            "bloated-uplink"
         ]
     );
     let (_, out, _) = pathdoc(&["lab", "list"]);
