@@ -503,7 +503,9 @@ impl Analyzer {
             self.totals.matched_filter += u64::from(matched);
             matched
         } else {
-            has_findings || self.opts.list_all
+            // A healthy connection with a note (its window scale unknown, offload at the
+            // capture point) is listed too: the note says what the capture could not prove.
+            has_findings || !findings.is_empty() || self.opts.list_all
         };
         if !wanted {
             return;
