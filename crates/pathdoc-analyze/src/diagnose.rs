@@ -100,9 +100,12 @@ pub(crate) fn pct(x: f64) -> Quantity {
 /// Loss explains the goodput when the measured goodput is within this factor of Mathis' bound.
 const MATHIS_EXPLAINS: f64 = 1.5;
 /// Below [`LOSS_WARN`], loss is reported only when it holds the flow at Mathis' bound, from
-/// this share and this many lost segments up.
-const LOSS_IMPACT_MIN: f64 = 0.001;
+/// this share and this many lost segments up, on a path with at least this RTT. Below them a
+/// loss-based sender filling a LAN's bottleneck queue loses that much by itself (its own
+/// congestion loss, sub-millisecond RTT, Mathis' bound at the link rate): no finding.
+const LOSS_IMPACT_MIN: f64 = 0.0025;
 const LOSS_IMPACT_MIN_SEGMENTS: u64 = 10;
+const LOSS_IMPACT_MIN_RTT_S: f64 = 0.001;
 
 /// Mathis' bound `MSS/RTT × 1.22/√p` in bit/s.
 fn mathis_bps(mss: f64, rtt_s: f64, p: f64) -> f64 {
@@ -130,7 +133,10 @@ fn loss(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
     let explains = mathis.is_some_and(|(_, goodput, bound)| goodput <= bound * MATHIS_EXPLAINS);
     // Impact, not a fixed share, decides below 1 %: loss that holds a loss-based flow at
     // Mathis' bound limits it at 0.5 % as much as at 2 %.
-    let impact = explains && p >= LOSS_IMPACT_MIN && lost >= LOSS_IMPACT_MIN_SEGMENTS;
+    let impact = explains
+        && p >= LOSS_IMPACT_MIN
+        && lost >= LOSS_IMPACT_MIN_SEGMENTS
+        && mathis.is_some_and(|(rtt, _, _)| rtt >= LOSS_IMPACT_MIN_RTT_S);
     if p < LOSS_WARN && !impact {
         return;
     }
