@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::conn::{Connection, Endpoint, SegmentIn};
 use crate::diagnose;
 use crate::flags::Flags;
+use crate::loss::LossCount;
 use crate::stats::FlagCounts;
 use crate::summary::{summarize, ConnSummary};
 
@@ -159,6 +160,10 @@ pub struct Totals {
     /// Connections retired from memory before the end of the capture.
     pub retired_early: u64,
     pub icmp_too_big: u64,
+    /// Packets with an earlier capture time than the packet before them, and the largest such
+    /// step back in seconds.
+    pub clock_backward_steps: u64,
+    pub largest_backward_step_s: f64,
 }
 
 /// A finished connection with its findings.
@@ -176,7 +181,8 @@ pub struct CaptureAnalysis {
     pub icmp: Vec<IcmpEvent>,
     /// Findings of connections beyond the listing limit, counted by id.
     pub unlisted_finding_ids: Vec<(String, u64)>,
-    /// Findings about all connections between two hosts (loss concentrated in one direction).
+    /// Findings about the capture as a whole (its clock running backwards) and about all
+    /// connections between two hosts (loss concentrated in one direction).
     pub host_findings: Vec<Finding>,
 }
 
@@ -186,7 +192,8 @@ pub struct HostPairLoss {
     pub connections: u64,
     /// [client→server, server→client]
     pub data: [u64; 2],
-    pub retransmitted: [u64; 2],
+    /// Segments lost (retransmissions of segments seen and holes filled later; see [`LossCount`]).
+    pub lost: [u64; 2],
     pub duplicate_acks: [u64; 2],
     pub best_goodput: [f64; 2],
 }
@@ -202,6 +209,8 @@ pub struct Analyzer {
     totals: Totals,
     first_ns: Option<i64>,
     last_ns: i64,
+    /// Time of the previous packet, to count backward steps.
+    prev_ns: i64,
     listed: Vec<Listed>,
     icmp: Vec<IcmpEvent>,
     unlisted: HashMap<String, u64>,
@@ -226,6 +235,7 @@ impl Analyzer {
             totals: Totals::default(),
             first_ns: None,
             last_ns: 0,
+            prev_ns: 0,
             listed: Vec::new(),
             icmp: Vec::new(),
             unlisted: HashMap::new(),
@@ -244,6 +254,12 @@ impl Analyzer {
         t.packets += 1;
         t.wire_bytes += u64::from(pkt.orig_len);
         self.first_ns.get_or_insert(pkt.ts_ns);
+        if t.packets > 1 && self.prev_ns.saturating_sub(pkt.ts_ns) > crate::clock::TOLERANCE_NS {
+            t.clock_backward_steps += 1;
+            let step = self.prev_ns.saturating_sub(pkt.ts_ns) as f64 / 1e9;
+            t.largest_backward_step_s = t.largest_backward_step_s.max(step);
+        }
+        self.prev_ns = pkt.ts_ns;
         self.last_ns = self.last_ns.max(pkt.ts_ns);
         if t.packets & (SWEEP_EVERY - 1) == 0 {
             self.sweep(pkt.ts_ns);
@@ -286,6 +302,7 @@ impl Analyzer {
                         ip_len: d.ip.total_len,
                         preset,
                         frame: pkt.number,
+                        ip_id: d.ip.id,
                     },
                 );
                 Some(PacketRecord {
@@ -486,7 +503,9 @@ impl Analyzer {
             self.totals.matched_filter += u64::from(matched);
             matched
         } else {
-            has_findings || self.opts.list_all
+            // A healthy connection with a note (its window scale unknown, offload at the
+            // capture point) is listed too: the note says what the capture could not prove.
+            has_findings || !findings.is_empty() || self.opts.list_all
         };
         if !wanted {
             return;
@@ -519,8 +538,9 @@ impl Analyzer {
             .into_iter()
             .enumerate()
         {
-            e.data[i] += d.data_packets;
-            e.retransmitted[i] += d.flags.all_retransmissions();
+            let loss = LossCount::of(d);
+            e.data[i] += loss.data_segments;
+            e.lost[i] += loss.lost();
             e.duplicate_acks[i] += d.flags.duplicate_ack;
             e.best_goodput[i] = e.best_goodput[i].max(d.goodput_bps.unwrap_or(0.0));
         }
@@ -540,10 +560,17 @@ impl Analyzer {
         unlisted.sort();
         let mut pairs: Vec<_> = self.host_pairs.into_iter().collect();
         pairs.sort_by(|a, b| a.0.cmp(&b.0));
-        let host_findings = pairs
-            .iter()
-            .filter_map(|((c, s), l)| diagnose::host_pair_loss(c, s, l))
-            .collect();
+        let host_findings = crate::clock::capture_finding(
+            self.totals.clock_backward_steps,
+            self.totals.largest_backward_step_s,
+        )
+        .into_iter()
+        .chain(
+            pairs
+                .iter()
+                .filter_map(|((c, s), l)| diagnose::host_pair_loss(c, s, l)),
+        )
+        .collect();
         CaptureAnalysis {
             totals: self.totals,
             listed: self.listed,

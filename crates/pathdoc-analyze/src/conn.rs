@@ -71,7 +71,28 @@ pub struct Connection {
     pub longest_gap_ns: i64,
     /// Last packet number, for eviction order.
     pub last_frame: u64,
+    /// Packets whose capture time is earlier than the connection's previous packet: durations,
+    /// rates and RTTs measured across them are not trustworthy.
+    pub clock_backward_steps: u64,
+    /// Per direction, the last packet seen: the next one is a forwarding copy if it repeats it.
+    last_sig: [Option<PacketSig>; 2],
 }
+
+/// What identifies one packet among its copies (`-i any` on a router captures each forwarded
+/// packet twice: in, then out with the TTL one lower).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PacketSig {
+    seq: u32,
+    ack: u32,
+    len: u32,
+    flags: u16,
+    ip_id: u16,
+    ttl: u8,
+    ts: i64,
+}
+
+/// A copy of a forwarded packet follows the original within this time.
+const COPY_WINDOW_NS: i64 = 10_000_000;
 
 /// One TCP segment as the connection sees it.
 #[derive(Debug, Clone, Copy)]
@@ -86,6 +107,8 @@ pub struct SegmentIn<'a> {
     /// Flags set before the analysis (port reuse).
     pub preset: Flags,
     pub frame: u64,
+    /// IPv4 identification (0 for IPv6).
+    pub ip_id: u16,
 }
 
 /// The per-packet outcome, for `--flags`.
@@ -115,6 +138,8 @@ impl Connection {
             idle: None,
             longest_gap_ns: 0,
             last_frame: frame,
+            clock_backward_steps: 0,
+            last_sig: [None; 2],
         }
     }
 
@@ -154,7 +179,12 @@ impl Connection {
             ip_len,
             preset,
             frame,
+            ip_id: _,
         } = *input;
+        if self.frames > 0 && self.last_ns.saturating_sub(ts) > crate::clock::TOLERANCE_NS {
+            self.clock_backward_steps += 1;
+        }
+        let copy = self.is_forwarding_copy(d, input);
         self.track_idle(d, ts);
         self.icmp_only = false;
         self.frames += 1;
@@ -192,6 +222,19 @@ impl Connection {
                 rel_seq.wrapping_add(seg_len),
             );
         }
+        if copy {
+            st.forwarding_copies += 1;
+            st.retransmission_copies += u64::from(flags.any_retransmission());
+        } else if seg_len > 0 {
+            st.gaps.on_data(
+                rel_seq,
+                rel_seq.wrapping_add(seg_len),
+                flags.any_retransmission(),
+            );
+        }
+        if flags.has(Flags::LOST_SEGMENT) {
+            st.gaps.open(expected.wrapping_sub(base), rel_seq);
+        }
         st.on_segment(ts, rel_seq, seg_len, ip_len, flags.any_retransmission());
         st.on_window(ts, scaled, syn || rst);
         if rst {
@@ -228,6 +271,31 @@ impl Connection {
             rel_seq,
             rel_ack,
         }
+    }
+
+    /// Is this packet the previous packet of its direction seen again with another TTL (same
+    /// sequence, acknowledgment, length, flags and IPv4 identification, within 10 ms)?
+    fn is_forwarding_copy(&mut self, d: usize, input: &SegmentIn<'_>) -> bool {
+        let sig = PacketSig {
+            seq: input.tcp.seq,
+            ack: input.tcp.ack,
+            len: input.seg_len,
+            flags: input.tcp.flags,
+            ip_id: input.ip_id,
+            ttl: input.ttl,
+            ts: input.ts,
+        };
+        let copy = self.last_sig[d].is_some_and(|p| {
+            p.ttl != sig.ttl
+                && PacketSig {
+                    ttl: sig.ttl,
+                    ts: sig.ts,
+                    ..p
+                } == sig
+                && (0..=COPY_WINDOW_NS).contains(&sig.ts.saturating_sub(p.ts))
+        });
+        self.last_sig[d] = Some(sig);
+        copy
     }
 
     fn note_handshake(&mut self, d: usize, tcp: &TcpInfo) {

@@ -7,6 +7,7 @@ use pathdoc_core::units::{format_bytes, format_duration, format_rate};
 use pathdoc_core::{Direction, Evidence, Finding, Host, Quantity, Remedy, Status};
 
 use crate::analyzer::HostPairLoss;
+use crate::loss::{wilson, LossCount, Vantage};
 use crate::summary::{ConnSummary, DirSummary, EndState};
 
 pub const CHECK: &str = "analyze";
@@ -19,14 +20,14 @@ const LOSS_WARN: f64 = 0.01;
 const MIN_IDLE_S: f64 = 1.0;
 
 /// The two directions of a connection with their names.
-struct Side<'a> {
-    dir: Direction,
-    sender: &'static str,
-    receiver: &'static str,
-    sender_host: Host,
-    receiver_host: Host,
-    tx: &'a DirSummary,
-    rx: &'a DirSummary,
+pub(crate) struct Side<'a> {
+    pub(crate) dir: Direction,
+    pub(crate) sender: &'static str,
+    pub(crate) receiver: &'static str,
+    pub(crate) sender_host: Host,
+    pub(crate) receiver_host: Host,
+    pub(crate) tx: &'a DirSummary,
+    pub(crate) rx: &'a DirSummary,
 }
 
 fn sides(c: &ConnSummary) -> [Side<'_>; 2] {
@@ -80,45 +81,83 @@ pub fn connection(c: &ConnSummary) -> Vec<Finding> {
             loss(c, &s, &mut out);
         }
         window_limited(c, &s, &mut out);
+        crate::app_limited::sender_application_limited(c, &s, &mut out);
         zero_window(c, &s, &mut out);
         offload_artefacts(c, &s, &mut out);
     }
+    crate::clock::qualify(c, &mut out);
     out
 }
 
-fn finding(c: &ConnSummary, id: &str, status: Status, title: String) -> Finding {
+pub(crate) fn finding(c: &ConnSummary, id: &str, status: Status, title: String) -> Finding {
     Finding::new(CHECK, id, status, format!("{}: {title}", label(c)))
 }
 
-fn pct(x: f64) -> Quantity {
+pub(crate) fn pct(x: f64) -> Quantity {
     Quantity::Percent((x * 10000.0).round() / 100.0)
 }
 
-/// Loss concentrated in one direction (seed 001), with Mathis' bound when goodput is low.
+/// Loss explains the goodput when the measured goodput is within this factor of Mathis' bound.
+const MATHIS_EXPLAINS: f64 = 1.5;
+/// Below [`LOSS_WARN`], loss is reported only when it holds the flow at Mathis' bound, from
+/// this share and this many lost segments up, on a path with at least this RTT. Below them a
+/// loss-based sender filling a LAN's bottleneck queue loses that much by itself (its own
+/// congestion loss, sub-millisecond RTT, Mathis' bound at the link rate): no finding.
+const LOSS_IMPACT_MIN: f64 = 0.0025;
+const LOSS_IMPACT_MIN_SEGMENTS: u64 = 10;
+const LOSS_IMPACT_MIN_RTT_S: f64 = 0.001;
+
+/// Mathis' bound `MSS/RTT × 1.22/√p` in bit/s.
+fn mathis_bps(mss: f64, rtt_s: f64, p: f64) -> f64 {
+    mss * 8.0 / rtt_s * 1.22 / p.sqrt()
+}
+
+/// Loss in one direction, with Mathis' bound when goodput is low. Counts what the capture
+/// proves wherever it was taken: retransmissions of segments seen here and holes filled later.
 fn loss(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
     let tx = s.tx;
-    if tx.data_packets < MIN_DATA_SEGMENTS {
+    let count = LossCount::of(tx);
+    if count.data_segments < MIN_DATA_SEGMENTS {
         return;
     }
-    let retrans = tx.flags.all_retransmissions();
-    let p = retrans as f64 / tx.data_packets as f64;
-    if p < LOSS_WARN || retrans < 5 {
+    let lost = count.lost();
+    let p = count.share();
+    if lost < 5 || p <= 0.0 {
         return;
     }
-    let other = s.rx;
-    let other_p = (other.data_packets >= MIN_DATA_SEGMENTS)
-        .then(|| other.flags.all_retransmissions() as f64 / other.data_packets as f64);
+    let mss = f64::from(tx.max_segment_bytes.clamp(536, 9000));
+    let mathis = match (path_rtt_s(c), tx.goodput_bps) {
+        (Some(rtt), Some(goodput)) => Some((rtt, goodput, mathis_bps(mss, rtt, p))),
+        _ => None,
+    };
+    let explains = mathis.is_some_and(|(_, goodput, bound)| goodput <= bound * MATHIS_EXPLAINS);
+    // Impact, not a fixed share, decides below 1 %: loss that holds a loss-based flow at
+    // Mathis' bound limits it at 0.5 % as much as at 2 %.
+    let impact = explains
+        && p >= LOSS_IMPACT_MIN
+        && lost >= LOSS_IMPACT_MIN_SEGMENTS
+        && mathis.is_some_and(|(rtt, _, _)| rtt >= LOSS_IMPACT_MIN_RTT_S);
+    if p < LOSS_WARN && !impact {
+        return;
+    }
+    let other = LossCount::of(s.rx);
+    let other_p = (other.data_segments >= MIN_DATA_SEGMENTS).then(|| other.share());
     let concentrated = other_p.is_none_or_low(p);
     let dupacks = s.rx.flags.duplicate_ack;
     let mut f = finding(
         c,
         "tcp-loss-one-direction",
-        Status::Warn,
+        if explains { Status::Fail } else { Status::Warn },
         format!(
-            "packets lost {}: {:.1} % of the {}'s segments were sent again{}",
+            "packets lost {}: {:.1} % of the {}'s segments{}{}",
             s.dir.arrow(),
             p * 100.0,
             s.sender,
+            match count.vantage() {
+                Some(Vantage::DownstreamOfLoss) => " never reached the capture point",
+                Some(Vantage::Between) => " were lost before or after the capture point",
+                _ => " were sent again",
+            },
             if dupacks >= 10 {
                 format!(" (dup-ACK storm: {dupacks} duplicate ACKs from the {})", s.receiver)
             } else {
@@ -129,42 +168,16 @@ fn loss(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
     .direction(s.dir)
     .requirement(
         "loss-based TCP (Reno/CUBIC) cannot exceed Mathis' bound MSS/RTT × 1.22/√p; a healthy wired path loses well under 1 % (RFC 7680 one-way loss)",
-    )
-    .evidence(Evidence::new(
-        format!("{} retransmissions", s.dir.arrow()),
-        Quantity::Count(retrans),
-    ).with_detail(format!(
-        "{} retransmission, {} fast, {} spurious (Wireshark's classes) of {} data segments",
-        tx.flags.retransmission, tx.flags.fast_retransmission, tx.flags.spurious_retransmission, tx.data_packets
-    )))
-    .evidence(Evidence::new("retransmitted share", pct(p)))
-    .evidence(Evidence::new(
-        format!("duplicate ACKs from the {}", s.receiver),
-        Quantity::Count(dupacks),
-    ));
+    );
+    f = loss_evidence(f, s, &count);
     if let Some(op) = other_p {
         f = f.evidence(Evidence::new(
-            format!(
-                "retransmitted share {} (other direction)",
-                s.dir_other_arrow()
-            ),
+            format!("lost share {} (other direction)", s.dir_other_arrow()),
             pct(op),
         ));
     }
-    if tx.flags.lost_segment > 0 {
-        f = f.evidence(
-            Evidence::new(
-                "segments missing from the capture (previous segment not captured)",
-                Quantity::Count(tx.flags.lost_segment),
-            )
-            .with_detail("lost before the capture point, or dropped by the capture itself"),
-        );
-    }
-    // Mathis: does the loss explain the goodput?
-    let mut explains = String::new();
-    if let (Some(rtt), Some(goodput)) = (path_rtt_s(c), tx.goodput_bps) {
-        let mss = f64::from(tx.max_segment_bytes.clamp(536, 9000));
-        let bound = mss * 8.0 / rtt * 1.22 / p.sqrt();
+    let mut explains_text = String::new();
+    if let Some((rtt, goodput, bound)) = mathis {
         f = f
             .evidence(Evidence::new(
                 format!("{} goodput", s.dir.arrow()),
@@ -179,15 +192,14 @@ fn loss(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
                         p * 100.0
                     )),
             );
-        if goodput <= bound * 1.5 {
-            explains = format!(
+        if explains {
+            explains_text = format!(
                 " The loss explains the goodput: at {:.2} % loss and {} RTT, loss-based TCP cannot exceed {} (Mathis); {} was measured.",
                 p * 100.0,
                 format_duration(std::time::Duration::from_secs_f64(rtt)),
                 format_rate(bound),
                 format_rate(goodput)
             );
-            f.status = Status::Fail;
         }
     }
     let where_ = if concentrated {
@@ -199,10 +211,86 @@ fn loss(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
         String::new()
     };
     f = f.summary(format!(
-        "{where_}The {} sent {retrans} of its {} data segments again and the {} answered with {dupacks} duplicate ACKs: segments are dropped {} somewhere on the path.{explains} Typical causes of loss in one direction: a duplex mismatch (one end half duplex: late collisions, errors on the port), a policer or shaper dropping bursts, a faulty cable, NIC or transceiver, or a congested uplink.",
-        s.sender, tx.data_packets, s.receiver, s.dir.arrow()
-    ))
-    .remedy(
+        "{where_}{} Segments are dropped {} somewhere on the path.{explains_text} Typical causes of loss in one direction: a duplex mismatch (one end half duplex: late collisions, errors on the port), a policer or shaper dropping bursts, a faulty cable, NIC or transceiver, or a congested uplink.",
+        vantage_text(s, &count, dupacks),
+        s.dir.arrow()
+    ));
+    out.push(loss_remedies(f, s));
+}
+
+/// The counts behind a loss finding, split by side of the capture point.
+fn loss_evidence(f: Finding, s: &Side<'_>, count: &LossCount) -> Finding {
+    let tx = s.tx;
+    let mut f = f
+        .evidence(
+            Evidence::new(format!("{} segments lost", s.dir.arrow()), Quantity::Count(count.lost()))
+                .with_detail(format!("of {} data segments", count.data_segments)),
+        )
+        .evidence(Evidence::new("lost share", pct(count.share())))
+        .evidence(
+            Evidence::new("lost after the capture point", Quantity::Count(count.downstream)).with_detail(format!(
+                "segments seen here and sent again: {} retransmission, {} fast, {} spurious (Wireshark's classes), less {} filling holes{}",
+                tx.flags.retransmission,
+                tx.flags.fast_retransmission,
+                tx.flags.spurious_retransmission,
+                tx.gaps.fill_retransmissions,
+                if tx.retransmission_copies > 0 {
+                    format!(" and {} forwarding copies", tx.retransmission_copies)
+                } else {
+                    String::new()
+                }
+            )),
+        )
+        .evidence(
+            Evidence::new("lost before the capture point", Quantity::Count(count.upstream)).with_detail(format!(
+                "segments that filled a hole in the sequence space ({} holes, {} B); Wireshark labels {} of them retransmissions, the rest out-of-order",
+                tx.gaps.holes,
+                tx.gaps.hole_bytes,
+                tx.gaps.fill_retransmissions
+            )),
+        )
+        .evidence(Evidence::new(
+            format!("duplicate ACKs from the {}", s.receiver),
+            Quantity::Count(s.rx.flags.duplicate_ack),
+        ));
+    if tx.forwarding_copies > 0 {
+        f = f.evidence(
+            Evidence::new("packets captured twice", Quantity::Count(tx.forwarding_copies))
+                .with_detail("the same packet again with another TTL (tcpdump -i any on a router): not counted as loss"),
+        );
+    }
+    f
+}
+
+/// Where the capture point sits relative to the loss, in words.
+fn vantage_text(s: &Side<'_>, count: &LossCount, dupacks: u64) -> String {
+    let head = format!(
+        "The {} lost {} of its {} data segments (the {} answered with {dupacks} duplicate ACKs).",
+        s.sender,
+        count.lost(),
+        count.data_segments,
+        s.receiver
+    );
+    let place = match count.vantage() {
+        Some(Vantage::DownstreamOfLoss) => format!(
+            " The capture point is downstream of the loss: {} segments never reached it and arrived only as repairs, so they were dropped between the {} and the capture point.",
+            count.upstream, s.sender
+        ),
+        Some(Vantage::UpstreamOfLoss) => format!(
+            " The capture point is upstream of the loss: the {} segments sent again had passed it, so they were dropped between the capture point and the {} (or the repairs were spurious).",
+            count.downstream, s.receiver
+        ),
+        Some(Vantage::Between) => format!(
+            " The loss is on both sides of the capture point: {} segments were dropped before it (holes filled later), {} after it (seen here, then sent again).",
+            count.upstream, count.downstream
+        ),
+        None => String::new(),
+    };
+    head + &place
+}
+
+fn loss_remedies(f: Finding, s: &Side<'_>) -> Finding {
+    f.remedy(
         Remedy::new("Check the link for errors and a duplex mismatch on both ends of each cable; both ends must agree (autonegotiation on both, or the same fixed speed and duplex)")
             .on(Host::BothEnds)
             .with_command("ethtool IFACE | grep -E 'Speed|Duplex'; ip -s link show IFACE   # rx/tx errors, drops; switch: show interface counters"),
@@ -215,8 +303,7 @@ fn loss(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
         Remedy::new("A sender with BBR keeps its rate under random loss where CUBIC collapses (only once the path's cause is ruled out)")
             .on(s.sender_host.clone())
             .with_command("sysctl -w net.ipv4.tcp_congestion_control=bbr"),
-    );
-    out.push(f);
+    )
 }
 
 trait OptLow {
@@ -242,21 +329,109 @@ impl Side<'_> {
     }
 }
 
+/// `window / RTT`: the most a receive window lets through. Only built when the capture's own
+/// figures agree with it — the goodput measured at or below it, and no more bytes in flight
+/// than the window — so a "ceiling" below the measured rate cannot be reported.
+#[derive(Debug, Clone, Copy)]
+struct WindowCeiling {
+    bps: f64,
+}
+
+impl WindowCeiling {
+    fn new(window: u64, rtt_s: f64, goodput_bps: f64, max_in_flight: u64) -> Option<Self> {
+        if window == 0 || rtt_s <= 0.0 {
+            return None;
+        }
+        let bps = window as f64 * 8.0 / rtt_s;
+        // One segment of slack: the window edge moves with each ACK.
+        let in_flight_fits = max_in_flight <= window.saturating_add(65_535);
+        (goodput_bps <= bps && in_flight_fits).then_some(WindowCeiling { bps })
+    }
+
+    fn bps(self) -> f64 {
+        self.bps
+    }
+}
+
+/// The smallest shift that makes the receiver's largest raw window hold the bytes the sender had
+/// in flight: a lower bound on the unknown window scale.
+fn scale_at_least(raw_window: u64, in_flight: u64) -> Option<u8> {
+    (raw_window > 0).then(|| {
+        (0u8..=14)
+            .find(|s| raw_window << s >= in_flight)
+            .unwrap_or(14)
+    })
+}
+
+/// A transfer worth judging whose receiver's window scale is not in the capture: say what is
+/// unknown and bound it from the bytes in flight, instead of reading raw windows as bytes.
+fn window_scale_unknown(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
+    let tx = s.tx;
+    let raw = s.rx.max_window_bytes;
+    let at_least = scale_at_least(raw, tx.max_bytes_in_flight);
+    let why = if c.syn_ack_seen || c.syn_seen {
+        format!(
+            "the capture holds only one SYN of the handshake, not the {}'s",
+            s.receiver
+        )
+    } else {
+        "the capture started after the handshake".into()
+    };
+    let mut f = finding(
+        c,
+        "window-scale-unknown",
+        Status::Info,
+        format!(
+            "the {}'s receive window {} cannot be judged: its window scale is not in the capture ({why})",
+            s.receiver,
+            s.dir.arrow()
+        ),
+    )
+    .direction(s.dir)
+    .requirement("the window scale is announced only in the SYN and SYN-ACK (RFC 7323 §2.2); without them a window field is a raw number, not bytes")
+    .evidence(Evidence::new(format!("largest raw window field of the {}", s.receiver), Quantity::Count(raw)))
+    .evidence(Evidence::new(format!("largest bytes in flight from the {}", s.sender), Quantity::Bytes(tx.max_bytes_in_flight)));
+    if let Some(shift) = at_least {
+        f = f.evidence(
+            Evidence::new("window scale, at least", Quantity::Count(u64::from(shift))).with_detail(
+                format!("the smallest shift for which {raw} × 2^shift holds the bytes in flight"),
+            ),
+        );
+    }
+    f = f.summary(format!(
+        "No window verdict for {}: the {}'s window scale was never seen ({why}), so its window fields are raw numbers (Wireshark shows the scale as -1, unknown). The {} had up to {} in flight, so the real window was at least that{}. Capture from before the connection starts (the SYN and SYN-ACK) to judge the window.",
+        s.dir.arrow(),
+        s.receiver,
+        s.sender,
+        format_bytes(tx.max_bytes_in_flight),
+        at_least.map(|x| format!(" and the scale at least {x}")).unwrap_or_default()
+    ));
+    out.push(f);
+}
+
 /// The receiver's window, not the path, caps the transfer.
 fn window_limited(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
     let tx = s.tx;
     if tx.data_packets < 200 {
         return;
     }
-    let retrans_share = tx.flags.all_retransmissions() as f64 / tx.data_packets as f64;
+    if !s.rx.window_scale_known {
+        // Raw windows without their shift say nothing about the limit (Wireshark: scale -1).
+        window_scale_unknown(c, s, out);
+        return;
+    }
+    let retrans_share = LossCount::of(tx).share();
     let window = s.rx.max_window_bytes;
     let (Some(rtt), Some(goodput)) = (path_rtt_s(c), tx.goodput_bps) else {
         return;
     };
-    if window == 0 || rtt <= 0.0 || retrans_share >= LOSS_WARN {
+    if retrans_share >= LOSS_WARN {
         return;
     }
-    let ceiling = window as f64 * 8.0 / rtt;
+    let Some(ceiling) = WindowCeiling::new(window, rtt, goodput, tx.max_bytes_in_flight) else {
+        return;
+    };
+    let ceiling = ceiling.bps();
     let pinned = tx.at_window_fraction.unwrap_or(0.0);
     let near_ceiling = goodput >= 0.6 * ceiling;
     if !(near_ceiling || pinned >= 0.5) || s.rx.zero_window_s > 0.0 {
@@ -408,8 +583,10 @@ fn idle_death(c: &ConnSummary, out: &mut Vec<Finding>) {
         }
         return;
     };
+    // Two unanswered probes at least (docs/analyze.md): a lone RST after a gap is a host
+    // closing a connection it had forgotten, not the path killing it.
     let probes = p.keepalives + p.retransmissions + p.data_packets;
-    if probes < 2 && !p.rst {
+    if probes < 2 {
         return;
     }
     let _ = a;
@@ -456,6 +633,9 @@ fn idle_death(c: &ConnSummary, out: &mut Vec<Finding>) {
 }
 
 /// A RST whose TTL differs from every other packet of the same side: forged by a middlebox.
+/// Compared against the side's whole TTL set, not its most common value: `-i any` on a router
+/// sees every packet twice (before and after forwarding), load balancers and ECMP give one side
+/// several TTLs. More distinct TTLs than the table keeps proves nothing either way.
 fn injected_rst(c: &ConnSummary, out: &mut Vec<Finding>) {
     let EndState::Reset { by, ttl, usual_ttl } = &c.end else {
         return;
@@ -466,7 +646,7 @@ fn injected_rst(c: &ConnSummary, out: &mut Vec<Finding>) {
         &c.server_to_client
     };
     let Some(usual) = usual_ttl else { return };
-    if sender.packets < 4 || ttl == usual {
+    if sender.packets < 4 || sender.ttls.contains(ttl) || sender.ttls_overflowed {
         return;
     }
     let dir = if by == "client" {
@@ -485,6 +665,7 @@ fn injected_rst(c: &ConnSummary, out: &mut Vec<Finding>) {
     .requirement("packets from one host reach the capture point with one TTL (same path, same initial TTL); a RST with another TTL came from somewhere else")
     .evidence(Evidence::new(format!("TTL of the RST \"from\" the {by}"), Quantity::Count(u64::from(*ttl))))
     .evidence(Evidence::new(format!("usual TTL of the {by}'s packets"), Quantity::Count(u64::from(*usual))).with_detail(format!("most common over its {} other packets", sender.packets.saturating_sub(u64::from(sender.rsts)))))
+    .evidence(Evidence::new(format!("every TTL of the {by}'s other packets"), Quantity::Text(sender.ttls.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", "))))
     .summary(format!(
         "The connection ended with a RST that claims to come from the {by}, but its TTL ({ttl}) differs from that of every other packet of the {by} ({usual}): it was generated {} by a device on the path — a firewall, IPS, load balancer or NAT resetting connections it considers dead or forbidden, not by the {by}'s TCP.",
         if hops > 0 { format!("about {hops} hop(s) closer to the capture point") } else { format!("about {} hop(s) farther away (or with another initial TTL)", -hops) }
@@ -787,20 +968,29 @@ fn offload_artefacts(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
     out.push(f);
 }
 
+/// The lossy direction of a host pair needs this many lost segments before a verdict.
+const PAIR_MIN_LOST: u64 = 20;
+
 /// Seed 001 across connections: between two hosts, one direction loses segments and the other
-/// does not (a duplex mismatch, a policer or a bad link in one direction).
+/// does not (a duplex mismatch, a policer or a bad link in one direction). The difference must
+/// hold at 95 % confidence: the lossy direction's lower bound is ≥ 4 × the other's upper bound
+/// (Wilson intervals), so a handful of retransmissions never makes a ratio.
 pub fn host_pair_loss(client: &str, server: &str, l: &HostPairLoss) -> Option<Finding> {
     if l.data[0] < MIN_DATA_SEGMENTS || l.data[1] < MIN_DATA_SEGMENTS {
         return None;
     }
     let p = [
-        l.retransmitted[0] as f64 / l.data[0] as f64,
-        l.retransmitted[1] as f64 / l.data[1] as f64,
+        l.lost[0] as f64 / l.data[0] as f64,
+        l.lost[1] as f64 / l.data[1] as f64,
     ];
     let (bad, good) = if p[0] >= p[1] { (0, 1) } else { (1, 0) };
-    if p[bad] < LOSS_WARN || p[good] * 4.0 >= p[bad] {
+    let bad_low = wilson(l.lost[bad], l.data[bad]).0;
+    let good_high = wilson(l.lost[good], l.data[good]).1;
+    if p[bad] < LOSS_WARN || l.lost[bad] < PAIR_MIN_LOST || bad_low < good_high * 4.0 {
         return None;
     }
+    // The ratio the counts prove (at least), not the one a zero in the denominator suggests.
+    let ratio_at_least = bad_low / good_high;
     let arrow = |i: usize| {
         if i == 0 {
             "client→server"
@@ -828,17 +1018,20 @@ pub fn host_pair_loss(client: &str, server: &str, l: &HostPairLoss) -> Option<Fi
     )
     .direction(dir)
     .requirement("a healthy path loses alike (and well under 1 %) in both directions; loss in one direction only points at one link direction or device")
-    .evidence(Evidence::new(format!("{} retransmitted share", arrow(bad)), pct(p[bad])).with_detail(format!("{} of {} data segments", l.retransmitted[bad], l.data[bad])))
-    .evidence(Evidence::new(format!("{} retransmitted share", arrow(good)), pct(p[good])).with_detail(format!("{} of {} data segments", l.retransmitted[good], l.data[good])))
+    .evidence(Evidence::new(format!("{} lost share", arrow(bad)), pct(p[bad])).with_detail(format!("{} of {} data segments", l.lost[bad], l.data[bad])))
+    .evidence(Evidence::new(format!("{} lost share", arrow(good)), pct(p[good])).with_detail(format!("{} of {} data segments", l.lost[good], l.data[good])))
+    .evidence(Evidence::new("loss ratio, at least", Quantity::Text(format!("{:.1}×", (ratio_at_least * 10.0).floor() / 10.0))).with_detail("lower 95 % bound of the lossy direction over the upper bound of the other (Wilson intervals)"))
     .evidence(Evidence::new(format!("best {} goodput", arrow(bad)), Quantity::Goodput(l.best_goodput[bad])))
     .evidence(Evidence::new(format!("best {} goodput", arrow(good)), Quantity::Goodput(l.best_goodput[good])))
     .summary(format!(
-        "Between {client} (client) and {server} (server), data {} is sent again {:.1} times as often as data {} ({:.2} % against {:.2} %){}. Loss confined to one direction is the signature of a duplex mismatch (the half-duplex end drops frames while it transmits), a policer on one side, or a faulty link, NIC or transceiver in one direction — not of congestion, which hits the busier direction of any path.",
+        "Between {client} (client) and {server} (server), data {} is lost at least {:.1} times as often as data {} ({:.2} % against {:.2} %, {} and {} segments; the counts prove that ratio at 95 % confidence){}. Loss confined to one direction is the signature of a duplex mismatch (the half-duplex end drops frames while it transmits), a policer on one side, or a faulty link, NIC or transceiver in one direction — not of congestion, which hits the busier direction of any path.",
         arrow(bad),
-        p[bad] / p[good].max(1e-6),
+        (ratio_at_least * 10.0).floor() / 10.0,
         arrow(good),
         p[bad] * 100.0,
         p[good] * 100.0,
+        l.lost[bad],
+        l.lost[good],
         if l.best_goodput[good] > 0.0 {
             format!("; goodput {} vs {}", format_rate(l.best_goodput[bad]), format_rate(l.best_goodput[good]))
         } else {
@@ -852,4 +1045,26 @@ pub fn host_pair_loss(client: &str, server: &str, l: &HostPairLoss) -> Option<Fi
     )
     .remedy(Remedy::new(format!("Look for a policer or a failing port in the {} direction", arrow(bad))).on(Host::Router { hop: None, address: None }));
     Some(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_ceiling_is_never_below_the_measured_rate() {
+        // 64 KiB over 100 ms allows 5.2 Mbit/s: a goodput of 163 Mbit/s disproves the reading.
+        assert!(WindowCeiling::new(65_536, 0.1, 163e6, 60_000).is_none());
+        // Nor can the sender have had more in flight than the window.
+        assert!(WindowCeiling::new(65_536, 0.1, 4e6, 139 * 1024).is_none());
+        let c = WindowCeiling::new(65_536, 0.1, 5e6, 65_000).unwrap();
+        assert!(c.bps() >= 5e6);
+    }
+
+    #[test]
+    fn the_scale_bound_holds_the_bytes_in_flight() {
+        assert_eq!(scale_at_least(513, 139 * 1024), Some(9));
+        assert_eq!(scale_at_least(65_535, 1000), Some(0));
+        assert_eq!(scale_at_least(0, 1000), None);
+    }
 }

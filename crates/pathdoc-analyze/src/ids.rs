@@ -9,11 +9,19 @@ pub const FINDING_IDS: &[FindingId] = &[
     // Per connection and direction (diagnose).
     FindingId {
         id: "tcp-loss-one-direction",
-        meaning: "≥ 50 data segments and ≥ 1 % of them sent again in a direction, with the receiver's duplicate ACKs and Mathis' bound: WARN; FAIL when the loss explains the goodput",
+        meaning: "≥ 50 data segments and ≥ 1 % of them lost in a direction — retransmissions of segments the capture saw (lost after it) plus holes in the sequence space filled later (lost before it), forwarding copies excepted — or ≥ 0.25 % and ≥ 10 segments on a path of ≥ 1 ms RTT when that loss holds the goodput at Mathis' bound; says where the capture point sits relative to the loss: WARN; FAIL when the loss explains the goodput",
     },
     FindingId {
         id: "receive-window-limited",
-        meaning: "little loss and the goodput at window/RTT, or the window ≥ 90 % full most of the time; says the BDP needed: WARN",
+        meaning: "the receiver's window scale is known, little loss, and the goodput at window/RTT or the window ≥ 90 % full most of the time; never a ceiling below the measured goodput or below the bytes in flight; says the BDP needed: WARN",
+    },
+    FindingId {
+        id: "window-scale-unknown",
+        meaning: "a transfer (≥ 200 data segments) whose receiver's window scale is not in the capture (mid-connection, or one SYN only): no window verdict; the scale bounded from the bytes in flight: INFO",
+    },
+    FindingId {
+        id: "sender-application-limited",
+        meaning: "a long transfer (≥ 500 data segments, ≥ 10 RTTs) with no loss, the receiver's window never more than half used and the flight size flat (spread ≤ 30 %) at ≥ 256 KiB: the sending application or its send buffer holds it back; at ≈ 2 MiB names SSH's channel window and `pathdoc ssh`: WARN",
     },
     FindingId {
         id: "zero-window-stall",
@@ -21,11 +29,11 @@ pub const FINDING_IDS: &[FindingId] = &[
     },
     FindingId {
         id: "idle-death",
-        meaning: "after an idle time, one side's keepalives/retransmissions got no answer, then a RST or the end of the capture (RFC 5382 REQ-5): FAIL; INCONCLUSIVE when both sides probed",
+        meaning: "after an idle time, one side sent ≥ 2 keepalives/retransmissions/data segments that got no answer, then a RST or the end of the capture (a lone RST is not one; RFC 5382 REQ-5): FAIL; INCONCLUSIVE when both sides probed",
     },
     FindingId {
         id: "rst-injected",
-        meaning: "the RST that ended the connection has another TTL than every other packet of the side it claims to come from: a middlebox sent it: FAIL",
+        meaning: "the RST that ended the connection has a TTL none of the other packets of the side it claims to come from had (its whole TTL set: `-i any` copies, load balancers, ECMP): a middlebox sent it: FAIL",
     },
     FindingId {
         id: "pmtud-black-hole",
@@ -42,7 +50,12 @@ pub const FINDING_IDS: &[FindingId] = &[
     // Per host pair (diagnose).
     FindingId {
         id: "loss-concentrated-one-direction",
-        meaning: "between two hosts, over all their connections, one direction loses ≥ 1 % and the other under a quarter of that (seed 001): FAIL",
+        meaning: "between two hosts, over all their connections, one direction loses ≥ 1 % and ≥ 20 segments, and its 95 % lower bound is ≥ 4 × the other direction's upper bound (Wilson intervals; seed 001): FAIL",
+    },
+    // The capture's clock (clock).
+    FindingId {
+        id: "capture-clock-backwards",
+        meaning: "packets carry an earlier time than the packet before them: findings resting on durations, rates or RTTs of the connections concerned become INCONCLUSIVE: INCONCLUSIVE",
     },
     // Two captures of one path (compare).
     FindingId {
@@ -64,7 +77,7 @@ pub const FINDING_IDS: &[FindingId] = &[
     // The capture itself (pathdoc-cli's analyze command).
     FindingId {
         id: "capture-overview",
-        meaning: "connections and Wireshark's flag totals of a capture: PASS when no connection has findings, else INFO",
+        meaning: "connections and Wireshark's flag totals of a capture: PASS when nothing was found (no connection, host pair or capture-level finding), else INFO",
     },
     FindingId {
         id: "capture-truncated",

@@ -5,16 +5,21 @@
 //!   RTT, bytes in flight, TTLs, stalls, ICMP too-big, idle phases, how it ended.
 //! - [`analyzer`]: the streaming pass over a capture with a bounded connection table.
 //! - [`summary`]: the serialisable per-connection result (`data.analyze` of the JSON report).
-//! - [`diagnose`]: findings in pathdoc's report model.
+//! - [`diagnose`]: findings in pathdoc's report model; [`app_limited`]: a sender
+//!   its application holds back; [`clock`]: what a capture whose clock
+//!   runs backwards still proves; [`loss`]: segments lost before and after the capture point.
 //! - [`compare`]: two captures of one path — which packets left one end and never arrived.
 //! - [`ids`]: the registry of every finding id `pathdoc analyze` emits ([`FINDING_IDS`]).
 
 pub mod analyzer;
+pub mod app_limited;
+pub mod clock;
 pub mod compare;
 pub mod conn;
 pub mod diagnose;
 pub mod flags;
 pub mod ids;
+pub mod loss;
 pub mod stats;
 pub mod summary;
 pub mod tcp;

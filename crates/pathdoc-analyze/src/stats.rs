@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use crate::flags::Flags;
-use crate::tcp::{seq_gt, seq_le};
+use crate::tcp::{seq_gt, seq_le, seq_lt};
 
 /// How many data segments per direction are timed at once for RTT samples.
 const TIMED: usize = 8;
@@ -135,6 +135,9 @@ struct Timed {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TtlTable {
     entries: [(u8, u32); 4],
+    /// More distinct TTLs than the table holds were seen (ECMP, load balancers): a TTL missing
+    /// from it proves nothing.
+    pub overflowed: bool,
 }
 
 impl TtlTable {
@@ -148,6 +151,7 @@ impl TtlTable {
             return;
         }
         // Full: replace the rarest (keeps the usual values).
+        self.overflowed = true;
         if let Some(e) = self.entries.iter_mut().min_by_key(|e| e.1) {
             *e = (ttl, 1);
         }
@@ -160,6 +164,13 @@ impl TtlTable {
             .filter(|e| e.1 > 0)
             .max_by_key(|e| e.1)
             .map(|e| e.0)
+    }
+
+    /// Every distinct TTL held, most common first.
+    pub fn values(&self) -> Vec<u8> {
+        let mut e: Vec<(u8, u32)> = self.entries.iter().copied().filter(|e| e.1 > 0).collect();
+        e.sort_by_key(|e| std::cmp::Reverse(e.1));
+        e.into_iter().map(|e| e.0).collect()
     }
 
     pub fn count(&self, ttl: u8) -> u32 {
@@ -214,6 +225,75 @@ pub struct UnseenBytes {
     pub max_ip_after: u32,
 }
 
+/// Holes in this side's sequence space (a segment arrived past the next expected byte) still
+/// waiting to be filled, at most [`OPEN_GAPS`] of them.
+const OPEN_GAPS: usize = 8;
+
+/// Sequence-space holes seen at the capture point and the segments that later filled them:
+/// each filling segment is one the capture point did not see the first time — lost upstream of
+/// it (between the sender and the capture point), whatever Wireshark's label for the repair
+/// (retransmission or out-of-order).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gaps {
+    /// Open holes `[start, end)`, relative sequence numbers.
+    open: [(u32, u32); OPEN_GAPS],
+    open_len: u8,
+    /// Holes opened (Wireshark's "previous segment not captured").
+    pub opened: u64,
+    pub opened_bytes: u64,
+    /// Data segments that filled (part of) a hole, and how many Wireshark called retransmissions.
+    pub fill_segments: u64,
+    pub fill_retransmissions: u64,
+    pub filled_bytes: u64,
+}
+
+impl Gaps {
+    pub fn open(&mut self, start: u32, end: u32) {
+        self.opened += 1;
+        self.opened_bytes += u64::from(end.wrapping_sub(start));
+        let n = self.open_len as usize;
+        if n == OPEN_GAPS {
+            // Keep the newest holes; the oldest is forgotten (its repair, if any, goes uncounted).
+            self.open.copy_within(1.., 0);
+            self.open[OPEN_GAPS - 1] = (start, end);
+        } else {
+            self.open[n] = (start, end);
+            self.open_len += 1;
+        }
+    }
+
+    /// A data segment `[seq, end)` was seen: count it if it fills part of an open hole.
+    pub fn on_data(&mut self, seq: u32, end: u32, retrans: bool) {
+        let mut filled = 0u64;
+        let mut keep = 0;
+        for i in 0..self.open_len as usize {
+            let (mut gs, mut ge) = self.open[i];
+            if seq_lt(seq, ge) && seq_gt(end, gs) {
+                let lo = if seq_gt(seq, gs) { seq } else { gs };
+                let hi = if seq_lt(end, ge) { end } else { ge };
+                filled += u64::from(hi.wrapping_sub(lo));
+                // Shrink to what remains on one side (a segment inside a hole splits it; the
+                // smaller part is forgotten).
+                if seq_le(seq, gs) {
+                    gs = hi;
+                } else {
+                    ge = lo;
+                }
+            }
+            if seq_lt(gs, ge) {
+                self.open[keep] = (gs, ge);
+                keep += 1;
+            }
+        }
+        self.open_len = keep as u8;
+        if filled > 0 {
+            self.fill_segments += 1;
+            self.fill_retransmissions += u64::from(retrans);
+            self.filled_bytes += filled;
+        }
+    }
+}
+
 /// Everything kept about one direction of a connection.
 #[derive(Debug, Clone, Default)]
 pub struct DirStats {
@@ -261,12 +341,21 @@ pub struct DirStats {
     /// Of those, how many had the peer's advertised window (nearly) full.
     pub in_flight_at_window: u64,
     pub in_flight_sum: u128,
+    /// Sum of squares, for the spread of the flight size (f64: ≤ 2^31 B squared per sample).
+    pub in_flight_sq_sum: f64,
     /// Longest unresolved (or longest overall) stall.
     pub stall: Option<Stall>,
     pub current_stall: Option<Stall>,
     /// Bytes this side sent that never reached the capture point: a later packet's sequence
     /// number skipped them, no retransmission filled them and the peer never acknowledged them.
     pub unseen: Option<UnseenBytes>,
+    /// Holes in the sequence space and the segments that filled them (loss upstream).
+    pub gaps: Gaps,
+    /// Packets that were the previous packet of this side again with another TTL: the same
+    /// packet captured twice (`tcpdump -i any` on a router: before and after forwarding).
+    pub forwarding_copies: u64,
+    /// Of those, how many Wireshark flagged as retransmissions (not loss).
+    pub retransmission_copies: u64,
     /// ICMP too-big messages about this side's packets.
     pub too_big: u32,
     pub too_big_min_mtu: Option<u32>,
@@ -486,6 +575,7 @@ impl DirStats {
     pub fn on_in_flight(&mut self, bytes: u64, peer_window: u64) {
         self.in_flight_samples += 1;
         self.in_flight_sum += u128::from(bytes);
+        self.in_flight_sq_sum += (bytes as f64) * (bytes as f64);
         self.max_in_flight = self.max_in_flight.max(bytes);
         if peer_window > 0 && bytes * 10 >= peer_window * 9 {
             self.in_flight_at_window += 1;

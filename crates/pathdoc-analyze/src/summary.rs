@@ -38,6 +38,9 @@ pub struct DirSummary {
     pub rtt_max_ms: Option<f64>,
     pub max_bytes_in_flight: u64,
     pub mean_bytes_in_flight: Option<f64>,
+    /// Standard deviation of the bytes in flight over the same samples: small when the flight
+    /// size sits flat.
+    pub sd_bytes_in_flight: Option<f64>,
     /// Share of data segments sent with ≥ 90 % of the peer's advertised window in flight.
     pub at_window_fraction: Option<f64>,
     pub usual_ttl: Option<u8>,
@@ -51,6 +54,33 @@ pub struct DirSummary {
     pub icmp_too_big: u32,
     pub icmp_too_big_mtu: Option<u32>,
     pub oversize_after_too_big: u64,
+    /// False when the window scale of this side's advertisements was never seen (the capture
+    /// started mid-connection, or holds the peer's SYN only): its windows are raw, unscaled
+    /// numbers (Wireshark's window scale -1, "unknown").
+    pub window_scale_known: bool,
+    /// Every distinct TTL of this side's packets (RSTs excepted), most common first, and whether
+    /// there were more than the four kept.
+    pub ttls: Vec<u8>,
+    pub ttls_overflowed: bool,
+    /// Holes in this side's sequence space at the capture point and the segments that filled
+    /// them later: lost upstream of the capture point.
+    pub gaps: GapSummary,
+    /// The same packet captured twice with another TTL (`-i any` on a router), and how many of
+    /// those copies Wireshark calls retransmissions.
+    pub forwarding_copies: u64,
+    pub retransmission_copies: u64,
+}
+
+/// Sequence-space holes of one direction (see `DirSummary::gaps`).
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Default)]
+pub struct GapSummary {
+    pub holes: u64,
+    pub hole_bytes: u64,
+    /// Data segments that filled part of a hole: segments lost before the capture point.
+    pub fill_segments: u64,
+    /// Of those, the ones Wireshark labels retransmissions (the rest it calls out-of-order).
+    pub fill_retransmissions: u64,
+    pub filled_bytes: u64,
 }
 
 /// Sequence space a later packet revealed but the capture never saw (see `DirSummary::unseen`).
@@ -146,6 +176,9 @@ pub struct ConnSummary {
     pub longest_gap_s: f64,
     pub idle: Option<IdleSummary>,
     pub end: EndState,
+    /// Packets captured with an earlier time than the connection's previous packet: its
+    /// durations, rates and RTTs are not trustworthy.
+    pub clock_backward_steps: u64,
 }
 
 fn secs(ns: i64) -> f64 {
@@ -156,7 +189,7 @@ fn ms(ns: i64) -> f64 {
     ns as f64 / 1e6
 }
 
-fn dir_summary(st: &DirStats, conn_last_ns: i64) -> DirSummary {
+fn dir_summary(st: &DirStats, conn_last_ns: i64, window_scale_known: bool) -> DirSummary {
     let goodput = st.first_data_ns.and_then(|first| {
         let dur = st.last_data_ns.saturating_sub(first);
         (dur > 0 && st.unique_bytes() > 0).then(|| st.unique_bytes() as f64 * 8.0 / secs(dur))
@@ -193,6 +226,11 @@ fn dir_summary(st: &DirStats, conn_last_ns: i64) -> DirSummary {
         max_bytes_in_flight: st.max_in_flight,
         mean_bytes_in_flight: (st.in_flight_samples > 0)
             .then(|| st.in_flight_sum as f64 / st.in_flight_samples as f64),
+        sd_bytes_in_flight: (st.in_flight_samples > 0).then(|| {
+            let n = st.in_flight_samples as f64;
+            let mean = st.in_flight_sum as f64 / n;
+            (st.in_flight_sq_sum / n - mean * mean).max(0.0).sqrt()
+        }),
         at_window_fraction: (st.in_flight_samples > 0)
             .then(|| st.in_flight_at_window as f64 / st.in_flight_samples as f64),
         usual_ttl: st.ttls.usual(),
@@ -210,6 +248,18 @@ fn dir_summary(st: &DirStats, conn_last_ns: i64) -> DirSummary {
         icmp_too_big: st.too_big,
         icmp_too_big_mtu: st.too_big_min_mtu,
         oversize_after_too_big: st.oversize_after_too_big,
+        window_scale_known,
+        ttls: st.ttls.values(),
+        ttls_overflowed: st.ttls.overflowed,
+        gaps: GapSummary {
+            holes: st.gaps.opened,
+            hole_bytes: st.gaps.opened_bytes,
+            fill_segments: st.gaps.fill_segments,
+            fill_retransmissions: st.gaps.fill_retransmissions,
+            filled_bytes: st.gaps.filled_bytes,
+        },
+        forwarding_copies: st.forwarding_copies,
+        retransmission_copies: st.retransmission_copies,
     }
 }
 
@@ -242,6 +292,8 @@ pub fn summarize(c: &Connection, capture_start_ns: i64) -> ConnSummary {
     let (client, known) = c.client_dir();
     let server = 1 - client;
     let name = |d: usize| if d == client { "client" } else { "server" };
+    // Wireshark's -1: no SYN of this side told its shift, nor did the handshake rule it out.
+    let scale_known = |d: usize| c.state.flows[d].win_scale != -1;
     let end = {
         let rst_side = (0..2)
             .filter(|&d| c.dirs[d].rst_count > 0)
@@ -279,13 +331,14 @@ pub fn summarize(c: &Connection, capture_start_ns: i64) -> ConnSummary {
         client_base_seq: c.state.flows[client].base_seq,
         server_base_seq: c.state.flows[server].base_seq,
         handshake_rtt_ms: (c.state.irtt_ns > 0).then(|| ms(c.state.irtt_ns)),
-        client_to_server: dir_summary(&c.dirs[client], c.last_ns),
-        server_to_client: dir_summary(&c.dirs[server], c.last_ns),
+        client_to_server: dir_summary(&c.dirs[client], c.last_ns, scale_known(client)),
+        server_to_client: dir_summary(&c.dirs[server], c.last_ns, scale_known(server)),
         longest_gap_s: secs(c.longest_gap_ns),
         idle: c
             .idle
             .as_ref()
             .map(|p| idle_summary(p, client, capture_start_ns)),
         end,
+        clock_backward_steps: c.clock_backward_steps,
     }
 }

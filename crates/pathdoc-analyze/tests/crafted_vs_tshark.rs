@@ -370,3 +370,87 @@ fn acks_of_data_never_captured() {
         .count();
     assert_eq!(flagged, 1, "{m:?}");
 }
+
+/// `inner` (an Ethernet frame) carried by tunnel `kind`, in an outer Ethernet frame.
+fn tunnelled(kind: usize, inner: &[u8]) -> Vec<u8> {
+    let ip = &inner[14..];
+    let outer_ip = |proto: u8, payload: &[u8]| {
+        let mut out = Vec::new();
+        PacketBuilder::ethernet2([2; 6], [4; 6])
+            .ipv4([198, 51, 100, 1], [198, 51, 100, 2], 64)
+            .write(&mut out, etherparse::IpNumber(proto), payload)
+            .unwrap();
+        out
+    };
+    let outer_udp = |port: u16, payload: &[u8]| {
+        let mut out = Vec::new();
+        PacketBuilder::ethernet2([2; 6], [4; 6])
+            .ipv4([198, 51, 100, 1], [198, 51, 100, 2], 64)
+            .udp(50000, port)
+            .write(&mut out, payload)
+            .unwrap();
+        out
+    };
+    match kind {
+        0 => outer_udp(4789, &[&[0x08, 0, 0, 0, 0, 0, 7, 0][..], inner].concat()),
+        1 => outer_ip(47, &[&[0, 0, 0x08, 0x00][..], ip].concat()),
+        2 => outer_ip(
+            47,
+            &[
+                &[0x10, 0, 0x88, 0xbe, 0, 0, 0, 1][..],
+                &[0x10, 0, 0, 1, 0, 0, 0, 0],
+                inner,
+            ]
+            .concat(),
+        ),
+        3 => outer_udp(6081, &[&[0, 0, 0x65, 0x58, 0, 0, 7, 0][..], inner].concat()),
+        4 => [&[2u8; 12][..], &[0x88, 0x47, 0, 0x01, 0x01, 64], ip].concat(),
+        _ => {
+            let len = (ip.len() as u16 + 2).to_be_bytes();
+            [
+                &[2u8; 12][..],
+                &[0x88, 0x64, 0x11, 0, 0, 1, len[0], len[1], 0, 0x21],
+                ip,
+            ]
+            .concat()
+        }
+    }
+}
+
+#[test]
+fn tunnelled_flows_match_tshark() {
+    // The same lossy exchange inside VXLAN, GRE, ERSPAN II, Geneve, MPLS and PPPoE, interleaved
+    // in one file: flags and tcp.stream numbers must match tshark's, which decapsulates them all.
+    let v = vec![
+        seg(0.0, true, 1000, 0, "S", 64240, 0),
+        seg(10.0, false, 5000, 1001, "SA", 65160, 0),
+        seg(20.0, true, 1001, 5001, "A", 502, 0),
+        seg(21.0, true, 1001, 5001, "A", 502, 100),
+        seg(21.2, true, 1201, 5001, "A", 502, 100), // 1101 lost: previous segment not captured
+        seg(31.0, false, 5001, 1101, "A", 500, 0),
+        seg(31.2, false, 5001, 1101, "A", 500, 0), // dup ACK
+        seg(31.4, false, 5001, 1101, "A", 500, 0), // dup ACK
+        seg(32.0, true, 1101, 5001, "A", 502, 100), // fast retransmission
+        seg(42.0, false, 5001, 1301, "A", 500, 0),
+    ];
+    let mut all = Vec::new();
+    for kind in 0..6usize {
+        for (i, f) in frames(&v, 41000 + kind as u16).into_iter().enumerate() {
+            let mut t = Frame::new(
+                f.ts_ns + kind as i64 * 1000 + i as i64,
+                tunnelled(kind, &f.data),
+            );
+            t.orig_len = t.data.len() as u32;
+            all.push(t);
+        }
+    }
+    all.sort_by_key(|f| f.ts_ns);
+    let m = check("tunnels", pcap(1, &all, false, true));
+    let streams: std::collections::BTreeSet<u64> = m.values().map(|v| v.0).collect();
+    assert_eq!(streams.len(), 6, "{m:?}");
+    let fast = m
+        .values()
+        .filter(|v| v.1.contains("fast_retransmission"))
+        .count();
+    assert_eq!(fast, 6, "{m:?}");
+}

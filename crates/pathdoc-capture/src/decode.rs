@@ -10,6 +10,7 @@ use std::net::IpAddr;
 use etherparse::{IpNumber, LaxIpSlice};
 
 use crate::reader::LinkType;
+use crate::tunnel::{self, Inner};
 
 /// IP-layer facts of a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,20 +133,64 @@ pub struct Decoded {
 }
 
 /// Decode a frame of link type `link`. `None` for anything that is not IPv4/IPv6 (ARP, LLDP…)
-/// or too short to hold an IP header.
+/// or too short to hold an IP header. Tunnels are looked through (see [`crate::tunnel`]): the
+/// result is the innermost IP packet, as Wireshark's `tcp` fields show it.
 pub fn decode(link: LinkType, data: &[u8], orig_len: u32) -> Option<Decoded> {
-    let (ip_offset, ethertype) = link_header(link, data)?;
+    let (ip_offset, ethertype) = link_header(link.0, data)?;
     let ip = data.get(ip_offset..)?;
     let orig_ip_len = orig_len.saturating_sub(ip_offset as u32);
+    decode_net(ethertype, ip, orig_ip_len, 0)
+}
+
+/// Tunnels inside tunnels, at most this deep.
+const MAX_DEPTH: u8 = 4;
+
+/// A network-layer payload of `ethertype` (`None`: IP, the version nibble decides).
+fn decode_net(ethertype: Option<u16>, data: &[u8], orig_len: u32, depth: u8) -> Option<Decoded> {
+    let skip = |off: usize, et: Option<u16>| {
+        decode_net(
+            et,
+            data.get(off..)?,
+            orig_len.saturating_sub(off as u32),
+            depth + 1,
+        )
+    };
     match ethertype {
-        Some(0x0800) | Some(0x86dd) | None => decode_ip(ip, orig_ip_len),
+        Some(0x0800) | Some(0x86dd) | None => decode_ip(data, orig_len, depth),
+        _ if depth >= MAX_DEPTH => None,
+        Some(0x8847) | Some(0x8848) => skip(tunnel::mpls(data)?, None),
+        Some(0x8864) => skip(tunnel::pppoe_session(data)?, None),
         _ => None,
     }
 }
 
+/// The packet a tunnel carries, if `protocol`'s payload is one (`None` otherwise, or when the
+/// inner packet does not decode: the outer one stands).
+fn decode_tunnelled(protocol: u8, l4: &[u8], l4_len: u32, depth: u8) -> Option<Decoded> {
+    if depth >= MAX_DEPTH {
+        return None;
+    }
+    let (inner, off) = tunnel::in_ip_payload(protocol, l4)?;
+    let data = l4.get(off..)?;
+    let len = l4_len.saturating_sub(off as u32);
+    match inner {
+        Inner::Ip => decode_net(None, data, len, depth + 1),
+        Inner::Ethertype(et) => decode_net(Some(et), data, len, depth + 1),
+        Inner::Ethernet => {
+            let (eth, et) = link_header(1, data)?;
+            decode_net(
+                et,
+                data.get(eth..)?,
+                len.saturating_sub(eth as u32),
+                depth + 1,
+            )
+        }
+    }
+}
+
 /// Offset of the IP header and the ethertype when the link layer names one.
-fn link_header(link: LinkType, data: &[u8]) -> Option<(usize, Option<u16>)> {
-    match link.0 {
+fn link_header(link: u32, data: &[u8]) -> Option<(usize, Option<u16>)> {
+    match link {
         // Ethernet, skipping any number of 802.1Q / 802.1ad tags (QinQ).
         1 => {
             let mut offset = 12;
@@ -167,11 +212,23 @@ fn link_header(link: LinkType, data: &[u8]) -> Option<(usize, Option<u16>)> {
             Some((4, None))
         }
         12 | 14 | 101 | 228 | 229 => Some((0, None)),
+        // PPP (9) and PPP in HDLC framing (50): address/control FF 03 when present, then the
+        // PPP protocol.
+        9 | 50 => {
+            let off = if data.get(..2)? == [0xff, 0x03] { 2 } else { 0 };
+            let ethertype = match be16(data, off)? {
+                0x0021 => 0x0800,
+                0x0057 => 0x86dd,
+                0x0281 | 0x0283 => 0x8847,
+                _ => return None,
+            };
+            Some((off + 2, Some(ethertype)))
+        }
         _ => None,
     }
 }
 
-fn decode_ip(ip: &[u8], orig_ip_len: u32) -> Option<Decoded> {
+fn decode_ip(ip: &[u8], orig_ip_len: u32, depth: u8) -> Option<Decoded> {
     let (slice, _ext_error) = LaxIpSlice::from_slice(ip).ok()?;
     let payload = slice.payload();
     let l4_offset = (payload.payload.as_ptr() as usize).wrapping_sub(ip.as_ptr() as usize) as u32;
@@ -179,8 +236,7 @@ fn decode_ip(ip: &[u8], orig_ip_len: u32) -> Option<Decoded> {
         LaxIpSlice::Ipv4(v4) => {
             let h = v4.header();
             let declared = u32::from(h.total_len());
-            // Length 0 is what TSO/BIG TCP packets carry on the sender: use the frame.
-            let total_len = if declared == 0 { orig_ip_len } else { declared };
+            let total_len = capped(declared, orig_ip_len);
             IpInfo {
                 version: 4,
                 src: IpAddr::V4(h.source_addr()),
@@ -198,7 +254,7 @@ fn decode_ip(ip: &[u8], orig_ip_len: u32) -> Option<Decoded> {
             let total_len = if declared == 0 {
                 orig_ip_len
             } else {
-                declared + 40
+                capped(declared + 40, orig_ip_len)
             };
             IpInfo {
                 version: 6,
@@ -213,6 +269,11 @@ fn decode_ip(ip: &[u8], orig_ip_len: u32) -> Option<Decoded> {
         }
     };
     let l4_len = info.total_len.saturating_sub(l4_offset);
+    if !info.fragment {
+        if let Some(inner) = decode_tunnelled(payload.ip_number.0, payload.payload, l4_len, depth) {
+            return Some(inner);
+        }
+    }
     let l4 = if info.fragment {
         L4::Other {
             protocol: payload.ip_number.0,
@@ -221,6 +282,16 @@ fn decode_ip(ip: &[u8], orig_ip_len: u32) -> Option<Decoded> {
         decode_l4(payload.ip_number, payload.payload, l4_len)
     };
     Some(Decoded { ip: info, l4 })
+}
+
+/// The IP length to trust: the header's, but never more than the frame holds on the wire (as
+/// Wireshark caps it); 0 is what TSO/BIG TCP packets carry on the sender: the frame's.
+fn capped(declared: u32, frame: u32) -> u32 {
+    if declared == 0 {
+        frame
+    } else {
+        declared.min(frame)
+    }
 }
 
 fn decode_l4(protocol: IpNumber, data: &[u8], declared_len: u32) -> L4 {

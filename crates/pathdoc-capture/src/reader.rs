@@ -27,13 +27,17 @@ impl LinkType {
 
     /// Whether [`crate::decode`] understands this link type.
     pub fn supported(self) -> bool {
-        matches!(self.0, 0 | 1 | 12 | 14 | 101 | 108 | 113 | 228 | 229 | 276)
+        matches!(
+            self.0,
+            0 | 1 | 9 | 12 | 14 | 50 | 101 | 108 | 113 | 228 | 229 | 276
+        )
     }
 
     pub fn name(self) -> &'static str {
         match self.0 {
             0 => "BSD loopback",
             1 => "Ethernet",
+            9 | 50 => "PPP",
             12 | 14 | 101 => "raw IP",
             108 => "OpenBSD loopback",
             113 => "Linux cooked (SLL)",
@@ -269,7 +273,9 @@ impl CaptureReader {
         let (len, legacy) = match self.inner.next() {
             Ok((len, PcapBlockOwned::LegacyHeader(h))) => {
                 let iface = Interface {
-                    link: LinkType(h.network.0 as u32),
+                    // The upper bits carry the FCS length (pcap's LinkType field); the link
+                    // type is the low 26 bits, as Wireshark's LT_LINKTYPE().
+                    link: LinkType(h.network.0 as u32 & 0x03ff_ffff),
                     resolution: if h.is_nanosecond_precision() {
                         1_000_000_000
                     } else {
