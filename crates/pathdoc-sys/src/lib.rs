@@ -2,6 +2,7 @@
 pub mod cgroup;
 pub mod cpu_usage;
 pub mod netns;
+pub mod nic;
 pub mod pmtu;
 pub mod process;
 pub mod saved_syn;
