@@ -151,3 +151,93 @@ fn black_hole_and_clamp_paths_never_name_the_nic() {
         );
     }
 }
+
+fn analyze_json(file: &std::path::Path) -> (i32, Value) {
+    let mut cmd = std::process::Command::new(support::PATHDOC);
+    cmd.args(["analyze", "--json"]).arg(file);
+    let (code, out, err) = support::run(cmd, Duration::from_secs(60));
+    (code, support::parse_report(code, &out, &err))
+}
+
+fn statuses(r: &Value) -> Vec<String> {
+    support::findings(r)
+        .into_iter()
+        .map(|f| {
+            format!(
+                "{}={}",
+                f["id"].as_str().unwrap(),
+                f["status"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// `pathdoc analyze` on captures of the nic-ignores-mtu download from three vantage points: the
+/// server itself (tcpdump sees the kernel's super-segments, before the NIC cuts them), the router
+/// right after the server (the NIC's 1500-byte frames and the ICMP too-big about them), and the
+/// client (only what got through).
+#[test]
+fn analyze_sees_the_nic_fault_from_near_the_server() {
+    use pathdoc_lab::capture::{self, CaptureOptions};
+    let _cleanup = support::Cleanup::new(STEM, "nicpcap");
+    let lab = pathdoc_lab::Lab::up(
+        &Topology::scenario("nic-ignores-mtu").unwrap(),
+        &support::opts(STEM, "nicpcap"),
+    )
+    .expect("lab up");
+    let dir = std::env::temp_dir().join(format!("pathdoc-nic-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let opts = CaptureOptions {
+        snaplen: 128,
+        filter: Some("tcp or icmp".into()),
+    };
+    let points = [("server", "lan0"), ("hop2", "wan0"), ("client", "wan0")];
+    let running: Vec<_> = points
+        .iter()
+        .map(|(host, iface)| {
+            capture::start(
+                &lab,
+                host,
+                Some(iface),
+                &dir.join(format!("{host}.pcap")),
+                &opts,
+            )
+            .expect("tcpdump")
+        })
+        .collect();
+    let t = pathdoc_lab::traffic::download(&lab, 4 << 20, Duration::from_secs(3)).unwrap();
+    assert!(!t.completed, "the download must crawl: {t:?}");
+    let files: Vec<_> = running
+        .into_iter()
+        .map(|c| {
+            let path = c.path.clone();
+            c.stop().expect("stop tcpdump");
+            path
+        })
+        .collect();
+    lab.down().unwrap();
+    let reports: Vec<(i32, Value)> = files.iter().map(|f| analyze_json(f)).collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    let has = |i: usize, want: &str| {
+        let (code, r) = &reports[i];
+        assert_eq!(*code, 1, "{}: {:?}", points[i].0, statuses(r));
+        assert!(
+            statuses(r).iter().any(|s| s == want),
+            "{} capture: want {want}, got {:?}",
+            points[i].0,
+            statuses(r)
+        );
+    };
+    // On the server: the too-big messages reach its interface and it keeps sending big packets;
+    // the sizes are the kernel's super-segments (offload), not the wire's.
+    has(0, "pmtud-too-big-ignored=fail");
+    has(0, "capture-offload=info");
+    // Right after the server: the NIC's frames on the wire, over the MTU the ICMP announced.
+    has(1, "pmtud-too-big-ignored=fail");
+    let f = support::find(&reports[1].1, "pmtud-too-big-ignored").unwrap();
+    assert!(f["title"].as_str().unwrap().contains("1420"), "{f:#}");
+    // At the client only what got through is seen: big packets vanish, and whether ICMP reached
+    // the server cannot be told from there.
+    has(2, "pmtud-black-hole=fail");
+}
