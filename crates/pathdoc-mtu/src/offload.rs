@@ -127,11 +127,29 @@ pub fn finding(data: &MtuData) -> Option<Finding> {
             ),
         ),
     };
+    // Most telling first (compact output shows the first few): what the server is, that ICMP
+    // kept arriving, what its kernel believes, and what was lost anyway.
     let mut f = Finding::new("mtu", ID, Status::Fail, title)
         .direction(pathdoc_core::Direction::ServerToClient)
         .summary(summary)
-        .requirement("TCP segmentation offload must cut super-segments at the MSS the kernel gives (gso_size), never at a fixed frame size; RFC 1191 PMTUD only works if the sender's frames follow the MTU it learned")
-        .evidence(Evidence::new("server→client path MTU", Quantity::Bytes(u64::from(sig.mtu))))
+        .requirement("TCP segmentation offload must cut super-segments at the MSS the kernel gives (gso_size), never at a fixed frame size; RFC 1191 PMTUD only works if the sender's frames follow the MTU it learned");
+    if let Some(n) = nic {
+        f = f.evidence(
+            Evidence::new("server interface", Quantity::Text(n.describe())).with_detail(
+                "ethtool ioctl (driver, TSO/GSO/GRO), interface MTU, DMI and CPU flags",
+            ),
+        );
+    }
+    if let Icmp::Reaches { during } = sig.icmp {
+        f = f.evidence(
+            Evidence::new(
+                "ICMP too-big received by the server during the reduced-MSS download",
+                Quantity::Count(during),
+            )
+            .with_detail("/proc/net/snmp Icmp InDestUnreachs (+ Icmp6InPktTooBigs), before and after; its kernel already knew the path MTU"),
+        );
+    }
+    f = f
         .evidence(
             Evidence::new("server kernel: MSS and path MTU towards the client", Quantity::Text(format!("snd_mss {} B, pmtu {} B", s.snd_mss, s.pmtu)))
                 .with_detail("TCP_INFO of the reduced-MSS download socket"),
@@ -144,7 +162,8 @@ pub fn finding(data: &MtuData) -> Option<Finding> {
                     s.data_segs_out.unwrap_or(0),
                     CRAWL_RETRANS_FRACTION * 100.0
                 )),
-        );
+        )
+        .evidence(Evidence::new("server→client path MTU", Quantity::Bytes(u64::from(sig.mtu))));
     if let Some(full) = &data.bulk_full {
         f = f.evidence(Evidence::new(
             "download with the client's normal MSS",
@@ -158,22 +177,6 @@ pub fn finding(data: &MtuData) -> Option<Finding> {
         ),
         Quantity::Goodput(sig.reduced.goodput_bps()),
     ));
-    if let Icmp::Reaches { during } = sig.icmp {
-        f = f.evidence(
-            Evidence::new(
-                "ICMP too-big received by the server during that download",
-                Quantity::Count(during),
-            )
-            .with_detail("/proc/net/snmp Icmp InDestUnreachs (+ Icmp6InPktTooBigs), before and after; its kernel already knew the path MTU"),
-        );
-    }
-    if let Some(n) = nic {
-        f = f.evidence(
-            Evidence::new("server interface", Quantity::Text(n.describe())).with_detail(
-                "ethtool ioctl (driver, TSO/GSO/GRO), interface MTU, DMI and CPU flags",
-            ),
-        );
-    }
     Some(f.remedies(remedies(data, sig.mtu)))
 }
 
