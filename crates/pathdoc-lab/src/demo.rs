@@ -7,6 +7,7 @@ use std::time::Duration;
 use pathdoc_core::units::{format_bytes, format_rate};
 
 use crate::error::LabError;
+use crate::icmp_count::FragNeededCounter;
 use crate::lab::Lab;
 use crate::topology::Topology;
 use crate::traffic::{self, TcpPair};
@@ -66,6 +67,12 @@ pub fn builtin_steps() -> Vec<DemoStep> {
             title: "a 1000-byte download passes, 1 MiB stalls",
             adjust: no_adjust,
             show: show_pmtu,
+        },
+        DemoStep {
+            scenario: "nic-ignores-mtu",
+            title: "ICMP too-big reaches the server, yet downloads crawl",
+            adjust: no_adjust,
+            show: show_nic_ignores_mtu,
         },
         DemoStep {
             scenario: "lossy-long-fat",
@@ -216,6 +223,39 @@ fn show_pmtu(lab: &Lab, say: Say) -> Result<(), LabError> {
             }
         ));
     }
+    Ok(())
+}
+
+fn show_nic_ignores_mtu(lab: &Lab, say: Say) -> Result<(), LabError> {
+    let counter = FragNeededCounter::install(lab, "server")?;
+    let small = traffic::download(lab, 1000, Duration::from_secs(4))?;
+    say(format!(
+        "download {}: {} after {} ms",
+        format_bytes(small.requested),
+        if small.completed {
+            "complete"
+        } else {
+            "STALLED"
+        },
+        small.elapsed_ms
+    ));
+    let big = traffic::download(lab, 4 << 20, Duration::from_secs(4))?;
+    say(format!(
+        "download {}: {} in {} ms ({} goodput)",
+        format_bytes(big.requested),
+        if big.completed {
+            "complete"
+        } else {
+            "CRAWLING"
+        },
+        big.elapsed_ms,
+        format_rate(big.received as f64 * 8.0 / (big.elapsed_ms.max(1) as f64 / 1000.0))
+    ));
+    rate(lab, say, "download (server → client)", true)?;
+    say(format!(
+        "ICMP frag-needed arriving at the server: {} packets — PMTUD is signalled, but the NIC keeps sending 1500-byte frames",
+        counter.packets()?
+    ));
     Ok(())
 }
 

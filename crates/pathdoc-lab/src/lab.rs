@@ -13,10 +13,10 @@ use rand::Rng;
 use crate::error::LabError;
 use crate::exec;
 use crate::nft;
-use crate::plan::{self, HostPlan, Plan, ELEMENT_IFACE_A, ELEMENT_IFACE_B};
+use crate::plan::{self, HostPlan, LinkPlan, Plan, ELEMENT_IFACE_A, ELEMENT_IFACE_B};
 use crate::preflight;
 use crate::state::{self, HostState, LabState, ProcessState, Teardown, SCHEMA};
-use crate::topology::{DirectionSettings, HopKind, Topology};
+use crate::topology::{HopKind, Topology};
 
 /// Default namespace prefix; override with `PATHDOC_LAB_PREFIX` or [`LabOptions::prefix`].
 pub const DEFAULT_PREFIX: &str = "pd-";
@@ -373,6 +373,11 @@ impl Lab {
                 exec::QUICK,
             )?;
             for i in &h.ifaces {
+                // A host with a NIC fault keeps its offloads: its super-frames are what the
+                // element cuts at the NIC's fixed size.
+                if self.keeps_offloads(h, &i.name) {
+                    continue;
+                }
                 // Per-packet loss and tbf need real MTU-sized packets, not 64 KiB GSO super-frames.
                 exec::in_netns(
                     &h.netns,
@@ -475,7 +480,7 @@ impl Lab {
         // 8. Delay lines.
         for link in self.plan.links.clone() {
             if let Some(elem) = &link.element_netns {
-                self.start_delay_line(helper, link.index, elem, &link.up, &link.down)?;
+                self.start_delay_line(helper, &link, elem)?;
             }
         }
         // 9. Self-check: the client reaches the server.
@@ -489,14 +494,24 @@ impl Lab {
         Ok(())
     }
 
+    /// Whether `iface` of `host` is the NIC of a host with `nic_segments_at` (TSO/GSO stay on).
+    fn keeps_offloads(&self, host: &HostPlan, iface: &str) -> bool {
+        let spec = self.topology.host_spec(&host.name).unwrap_or_default();
+        let own_nic = match host.name.as_str() {
+            "client" => "wan0",
+            "server" => "lan0",
+            _ => return false,
+        };
+        spec.nic_segments_at.is_some() && iface == own_nic
+    }
+
     fn start_delay_line(
         &mut self,
         helper: &std::path::Path,
-        index: usize,
+        link: &LinkPlan,
         elem: &str,
-        up: &DirectionSettings,
-        down: &DirectionSettings,
     ) -> Result<(), LabError> {
+        let (index, up, down) = (link.index, &link.up, &link.down);
         let log = state::log_path(&self.id(), &format!("dl{index}"));
         let log_file = std::fs::File::create(&log)
             .map_err(|e| LabError::io(format!("creating {}", log.display()), e))?;
@@ -526,10 +541,17 @@ impl Lab {
                 &down.delay_ms.to_string(),
                 "--jitter-b-to-a",
                 &down.jitter_ms.to_string(),
-            ])
-            .stdin(Stdio::null())
-            .stdout(log_file)
-            .stderr(log_err);
+            ]);
+        // A host's NIC fault rides on the element right after it (a = client side).
+        for (flag, bytes) in [
+            ("--nic-segments-a-to-b", link.nic_segments_up),
+            ("--nic-segments-b-to-a", link.nic_segments_down),
+        ] {
+            if let Some(bytes) = bytes {
+                cmd.args([flag, &bytes.to_string()]);
+            }
+        }
+        cmd.stdin(Stdio::null()).stdout(log_file).stderr(log_err);
         // Own process group: a Ctrl-C aimed at the terminal must not kill it behind our back.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let line = exec::display(&cmd);

@@ -14,7 +14,8 @@
 //! [`nft`] (rulesets, pure), [`lab`] (building and tearing down), [`state`] (on-disk state),
 //! [`preflight`] (root, tools, kernel), [`exec`] (commands with deadlines), [`traffic`]
 //! (measurements used by the demo and tests), [`demo`] (the `pathdoc lab demo` steps),
-//! [`delay_line`] (the userspace delay/jitter element on delayed links), [`sshd`] (OpenSSH with
+//! [`delay_line`] (the userspace delay/jitter element on delayed links, also a host's fixed-size
+//! NIC segmentation), [`icmp_count`] (ICMP frag-needed arriving at a host), [`sshd`] (OpenSSH with
 //! per-lab keys on hosts with `sshd = true`).
 
 pub mod capture;
@@ -22,6 +23,7 @@ pub mod delay_line;
 pub mod demo;
 pub mod error;
 pub mod exec;
+pub mod icmp_count;
 pub mod lab;
 pub mod nft;
 pub mod plan;

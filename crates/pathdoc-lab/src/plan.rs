@@ -74,8 +74,15 @@ pub struct LinkPlan {
     pub subnet: String,
     pub up: DirectionSettings,
     pub down: DirectionSettings,
-    /// Namespace of the delay-line element, when the link has delay or jitter.
+    /// Namespace of the delay-line element, when the link has delay or jitter or a host's NIC
+    /// fault.
     pub element_netns: Option<String>,
+    /// A host's fixed-size NIC segmentation (`nic_segments_at`) emulated by the element, per
+    /// direction: up is the client's NIC, down the server's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nic_segments_up: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nic_segments_down: Option<u16>,
 }
 
 /// Interface names in an element namespace.
@@ -139,6 +146,7 @@ pub fn plan(topology: &Topology, lab_id: &str) -> Plan {
         .map(|i| {
             let spec = topology.link(i);
             let (base, _, _) = link_addrs(i, nlinks);
+            let (nic_segments_up, nic_segments_down) = topology.nic_segments_on_link(i);
             LinkPlan {
                 index: i,
                 left: names[i].clone(),
@@ -146,7 +154,11 @@ pub fn plan(topology: &Topology, lab_id: &str) -> Plan {
                 subnet: format!("{base}/24"),
                 up: spec.direction(Direction::Up),
                 down: spec.direction(Direction::Down),
-                element_netns: spec.needs_delay_line().then(|| format!("{lab_id}-dl{i}")),
+                element_netns: topology
+                    .link_needs_element(i)
+                    .then(|| format!("{lab_id}-dl{i}")),
+                nic_segments_up,
+                nic_segments_down,
             }
         })
         .collect();

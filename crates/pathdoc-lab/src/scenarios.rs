@@ -81,6 +81,23 @@ mtu = 1420
 "#,
     },
     ScenarioInfo {
+        name: "nic-ignores-mtu",
+        summary: "1420-byte MTU towards the client, ICMP allowed, but the server's NIC sends 1500-byte frames with DF whatever the MSS: downloads crawl",
+        seed: "after ICMP was let in, the Mastodon server still sent 1500-byte frames: its VM's emulated rtl8139 NIC segments TSO at a fixed 1500 bytes; `ethtool -K IFACE tso off gso off` fixed it",
+        toml: r#"
+description = "1420-byte MTU on the access link towards the client; ICMP frag-needed reaches the server, whose NIC cuts TCP offload at 1500 bytes whatever the path MTU"
+[[hop]]
+kind = "nat"
+[[hop]]
+[server]
+nic_segments_at = 1500
+[[link]]
+[[link]]
+[link.down]
+mtu = 1420
+"#,
+    },
+    ScenarioInfo {
         name: "lossy-long-fat",
         summary: "40 ms RTT, 1 Gbit/s, 0.3 % random loss: loss-based congestion control collapses",
         seed: "long fat network with a little loss: CUBIC throughput far below the link rate (Mathis: MSS/RTT·1.22/√p)",
@@ -225,7 +242,7 @@ mod tests {
             assert_eq!(t.name.as_deref(), Some(s.name));
             assert!(t.description.is_some(), "{}", s.name);
         }
-        assert_eq!(names().len(), 11);
+        assert_eq!(names().len(), 12);
     }
 
     #[test]
@@ -244,6 +261,10 @@ mod tests {
         let t = topology("pmtu-blackhole").unwrap();
         assert_eq!(t.link(1).direction(Direction::Down).mtu, 1420);
         assert_eq!(t.link(1).direction(Direction::Up).mtu, 1500);
+        let t = topology("nic-ignores-mtu").unwrap();
+        assert_eq!(t.server.nic_segments_at, Some(1500));
+        assert!(t.server.filters.is_empty(), "ICMP reaches this server");
+        assert_eq!(t.link(1).direction(Direction::Down).mtu, 1420);
         let t = topology("window-limited").unwrap();
         assert!(t.client.sysctl.contains_key("net.ipv4.tcp_rmem"));
         let t = topology("slow-lossy-duplex").unwrap();

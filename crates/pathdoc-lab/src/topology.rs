@@ -81,6 +81,11 @@ pub struct HostSpec {
     /// through the lab's `exec`) with a cgroup: percent of one core (`cpu.max`), 1..=800.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_max_percent: Option<u32>,
+    /// Client or server only: the host's NIC cuts its TCP segmentation-offload super-frames into IP
+    /// packets of this many bytes whatever MSS or path MTU its kernel uses, DF set (QEMU's emulated
+    /// rtl8139 does this at 1500, seed 003). Emulated by the link's element right after the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic_segments_at: Option<u16>,
 }
 
 /// A hop: a router or a NAT, plus the host settings.
@@ -580,7 +585,23 @@ impl Topology {
 
     /// Whether any link needs a delay-line element.
     pub fn needs_delay_line(&self) -> bool {
-        (0..self.link_count()).any(|i| self.link(i).needs_delay_line())
+        (0..self.link_count()).any(|i| self.link_needs_element(i))
+    }
+
+    /// The fixed-size NIC segmentation on link `i`, `(up, down)`: the client's NIC sends up link 0,
+    /// the server's sends down the last link.
+    pub fn nic_segments_on_link(&self, i: usize) -> (Option<u16>, Option<u16>) {
+        let up = (i == 0).then_some(self.client.nic_segments_at).flatten();
+        let down = (i + 1 == self.link_count())
+            .then_some(self.server.nic_segments_at)
+            .flatten();
+        (up, down)
+    }
+
+    /// Whether link `i` needs an element namespace: for delay/jitter or for a host's NIC fault.
+    pub fn link_needs_element(&self, i: usize) -> bool {
+        let (up, down) = self.nic_segments_on_link(i);
+        self.link(i).needs_delay_line() || up.is_some() || down.is_some()
     }
 
     /// Hosts that run sshd, in chain order.
@@ -639,6 +660,7 @@ impl Topology {
                 }
             }
         }
+        self.validate_nic_segments()?;
         for i in 0..self.link_count() {
             let label = format!("link {i} ({}—{})", names[i], names[i + 1]);
             let spec = self.link(i);
@@ -715,6 +737,24 @@ impl Topology {
         Ok(())
     }
 
+    /// A fixed-size NIC must fit the host's own link (its frames could not leave otherwise).
+    fn validate_nic_segments(&self) -> Result<(), LabError> {
+        let last = self.link_count() - 1;
+        for (name, bytes, link, dir) in [
+            ("client", self.client.nic_segments_at, 0, Direction::Up),
+            ("server", self.server.nic_segments_at, last, Direction::Down),
+        ] {
+            let Some(bytes) = bytes else { continue };
+            let mtu = self.link(link).direction(dir).mtu;
+            if u32::from(bytes) < 576 || u32::from(bytes) > mtu {
+                return Err(LabError::Topology(format!(
+                    "{name}: nic_segments_at {bytes} out of range (576 .. its link's MTU {mtu})"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Human lines describing every fault this topology injects (empty for a clean path).
     pub fn describe_faults(&self) -> Vec<String> {
         let names = self.host_names();
@@ -769,6 +809,11 @@ impl Topology {
             }
             if let Some(p) = spec.cpu_max_percent {
                 out.push(format!("{name}: CPU capped at {p} % of one core (cgroup)"));
+            }
+            if let Some(b) = spec.nic_segments_at {
+                out.push(format!(
+                    "{name}: NIC segmentation offload sends {b}-byte packets (DF) whatever the MSS or path MTU"
+                ));
             }
             for (k, v) in &spec.sysctl {
                 out.push(format!("{name}: sysctl {k} = {v}"));
@@ -963,6 +1008,24 @@ burst_loss = { every_packets = 100, burst_packets = 3 }
             err("[[link]]\npolice = { rate = \"1 bit/s\", burst = 65536 }").contains("police rate")
         );
         assert!(err("[[link]]\npolice = { rate = \"1 Mbit/s\" }").contains("burst"));
+    }
+
+    #[test]
+    fn nic_segments_at_applies_to_the_hosts_own_link() {
+        let t = Topology::from_toml("[server]\nnic_segments_at = 1500\n[[hop]]\n").unwrap();
+        assert_eq!(t.nic_segments_on_link(1), (None, Some(1500)));
+        assert_eq!(t.nic_segments_on_link(0), (None, None));
+        assert!(t.link_needs_element(1) && !t.link_needs_element(0));
+        assert!(t.describe_faults().iter().any(|f| f.contains("1500-byte")));
+        assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t);
+        let c = Topology::from_toml("[client]\nnic_segments_at = 1400\n").unwrap();
+        assert_eq!(c.nic_segments_on_link(0), (Some(1400), None));
+        assert!(
+            err("[server]\nnic_segments_at = 1500\n[[link]]\nmtu = 1400")
+                .contains("nic_segments_at")
+        );
+        assert!(err("[client]\nnic_segments_at = 100").contains("nic_segments_at"));
+        assert!(err("[[hop]]\nnic_segments_at = 1500").contains("unknown field"));
     }
 
     #[test]

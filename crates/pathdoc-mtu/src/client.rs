@@ -647,7 +647,7 @@ impl<'a> MtuRun<'a> {
             None => "mtu: timing a bulk download".to_string(),
             Some(m) => format!("mtu: timing the same download with MSS {m}"),
         });
-        let run = bulk_download(
+        let (run, nics) = bulk_download(
             &mut self.conn,
             self.server,
             self.token.clone(),
@@ -656,6 +656,8 @@ impl<'a> MtuRun<'a> {
             self.opts,
         )
         .await?;
+        self.data.server_nic = self.data.server_nic.take().or(nics.server);
+        self.data.client_nic = self.data.client_nic.take().or(nics.client);
         match mss {
             None => self.data.bulk_full = Some(run),
             Some(_) => self.data.bulk_reduced = Some(run),
@@ -818,6 +820,12 @@ async fn connect_with_mss(
     Ok(tokio::net::TcpStream::from_std(stream)?)
 }
 
+/// The interfaces a bulk download crossed at each end (see `pathdoc_sys::nic`).
+struct BulkNics {
+    server: Option<pathdoc_sys::nic::NicFacts>,
+    client: Option<pathdoc_sys::nic::NicFacts>,
+}
+
 async fn bulk_download(
     conn: &mut FramedConn,
     server: SocketAddr,
@@ -825,7 +833,7 @@ async fn bulk_download(
     session: SessionId,
     mss: Option<u32>,
     opts: &MtuOptions,
-) -> Result<BulkRun, MtuError> {
+) -> Result<(BulkRun, BulkNics), MtuError> {
     let connect_timeout = opts.connect_timeout;
     let stream = connect_with_mss(server, mss, connect_timeout).await?;
     let (mut data_conn, _) = pathdoc_proto::handshake(
@@ -861,19 +869,31 @@ async fn bulk_download(
     let rcv_mss = pathdoc_sys::tcp_info::tcp_info(data_conn.stream())
         .ok()
         .map(|i| i.rcv_mss());
+    let client_nic = data_conn
+        .stream()
+        .local_addr()
+        .ok()
+        .and_then(|a| pathdoc_sys::nic::facts_for_local_addr(a.ip()));
     drop(data_conn);
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let server_stats = match ask(conn, &Request::BulkStats).await {
-        Ok(Reply::BulkStats { stats }) => stats,
-        _ => None,
+    let (server_stats, server_nic) = match ask(conn, &Request::BulkStats).await {
+        Ok(Reply::BulkStats { stats, nic }) => (stats, nic),
+        _ => (None, None),
     };
-    Ok(BulkRun {
+    let run = BulkRun {
         client_mss: mss,
         seconds,
         bytes,
         rcv_mss,
         server: server_stats,
-    })
+    };
+    Ok((
+        run,
+        BulkNics {
+            server: server_nic,
+            client: client_nic,
+        },
+    ))
 }
 
 /// A path MTU the sender's kernel had cached below its interface MTU (from an earlier ICMP

@@ -58,6 +58,8 @@ struct Inner {
     /// listener, the accepted connection).
     mss_listening: bool,
     bulk: Option<BulkServerStats>,
+    /// The interface that carried the last bulk download.
+    bulk_nic: Option<pathdoc_sys::nic::NicFacts>,
     /// A bulk download is running (at most one per session).
     bulk_running: bool,
 }
@@ -393,9 +395,14 @@ impl MtuService {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
-            Request::BulkStats => Reply::BulkStats {
-                stats: state.lock().bulk.take(),
-            },
+            Request::BulkStats => {
+                // One lock for both: two guards in one expression would deadlock.
+                let mut inner = state.lock();
+                Reply::BulkStats {
+                    stats: inner.bulk.take(),
+                    nic: inner.bulk_nic.take(),
+                }
+            }
             Request::Done => return Ok(None),
         }))
     }
@@ -491,6 +498,7 @@ impl Service for MtuService {
         let duration = Duration::from_millis(u64::from(req.duration_ms.min(MAX_BULK_MS)));
         let deadline = tokio::time::Instant::now() + duration;
         let chunk = vec![0u8; 64 * 1024];
+        let icmp_before = pathdoc_sys::icmp_counters::too_big_received();
         let stream = conn.stream_mut();
         while tokio::time::Instant::now() < deadline {
             match tokio::time::timeout_at(deadline, stream.write_all(&chunk)).await {
@@ -498,6 +506,7 @@ impl Service for MtuService {
                 Ok(Err(_)) | Err(_) => break,
             }
         }
+        let icmp_after = pathdoc_sys::icmp_counters::too_big_received();
         if let Ok(i) = pathdoc_sys::tcp_info::tcp_info(conn.stream()) {
             session.add_bytes(i.bytes_acked, i.bytes_received);
             state.lock().bulk = Some(BulkServerStats {
@@ -505,8 +514,18 @@ impl Service for MtuService {
                 snd_mss: i.snd_mss(),
                 pmtu: i.pmtu(),
                 total_retrans: i.total_retrans,
+                data_segs_out: Some(i.data_segs_out),
+                icmp_too_big_in: icmp_before
+                    .zip(icmp_after)
+                    .map(|(b, a)| a.saturating_sub(b)),
             });
         }
+        let nic = conn
+            .stream()
+            .local_addr()
+            .ok()
+            .and_then(|a| pathdoc_sys::nic::facts_for_local_addr(a.ip()));
+        state.lock().bulk_nic = nic;
         pathdoc_server::closing::release_send_queues(&[conn.stream()], BULK_CLOSE_GRACE).await;
         Ok(())
     }

@@ -45,11 +45,15 @@ pub const FINDING_IDS: &[FindingId] = &[
     },
     FindingId {
         id: "bulk-download",
-        meaning: "a timed server→client download is not slowed by the MTU (PASS), or was measured for reference when no smaller MTU was found (INFO)",
+        meaning: "a timed server→client download is not slowed by the MTU (PASS), or was measured for reference when no smaller MTU was found (INFO); INCONCLUSIVE when even the download with a smaller MSS crawled and the NIC signature is not there",
     },
     FindingId {
         id: "bulk-download-stall",
         meaning: "the download with the client's normal MSS is ≥ 4× slower than with an MSS that fits the path: FAIL",
+    },
+    FindingId {
+        id: crate::offload::ID,
+        meaning: "the server's NIC sends frames larger than its TCP asked for (segmentation offload ignores the MSS and path MTU): even with an MSS that fits, the download crawls with ≥ 20 % of segments retransmitted while UDP probes of that size pass and ICMP too-big keeps arriving: FAIL; named after pmtud-black-hole, as the second fault to fix, when ICMP does not reach the server",
     },
     FindingId {
         id: "step-not-run",
@@ -146,6 +150,12 @@ pub struct MtuData {
     pub bulk_reduced: Option<BulkRun>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_tcp_mtu_probing: Option<String>,
+    /// The server's interface that carried the download: driver, offloads, MTU, VM or not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_nic: Option<pathdoc_sys::nic::NicFacts>,
+    /// The same for the client's interface.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_nic: Option<pathdoc_sys::nic::NicFacts>,
     pub ipv6: bool,
     /// Remarks about the measurement (e.g. a path MTU the kernel had cached).
     pub notes: Vec<String>,
@@ -275,12 +285,16 @@ enum Download<'a> {
     Reference(&'a BulkRun),
     Fine(&'a BulkRun, &'a BulkRun),
     Stalled(&'a BulkRun, &'a BulkRun),
+    /// Even the reduced-MSS download crawled (a large share retransmitted): a smaller MSS does
+    /// not help, so the segment size TCP chose is not what is lost.
+    BothCrawl(&'a BulkRun, &'a BulkRun),
 }
 
 fn download(data: &MtuData) -> Download<'_> {
     match (&data.bulk_full, &data.bulk_reduced) {
         (None, _) => Download::NotMeasured,
         (Some(f), None) => Download::Reference(f),
+        (Some(f), Some(r)) if crate::offload::crawled(r) => Download::BothCrawl(f, r),
         (Some(f), Some(r)) if bulk_stalled(f, r) => Download::Stalled(f, r),
         (Some(f), Some(r)) => Download::Fine(f, r),
     }
@@ -326,6 +340,20 @@ fn tcp_story(data: &MtuData, dir: Direction, mtu: u16) -> TcpStory {
     }
     };
     match (guard, dl) {
+        (_, Download::BothCrawl(f, r)) => TcpStory {
+            protected: false,
+            sentence: format!(
+                "Downloads crawl: {} with the client's normal MSS, and still {} with the MSS set to {}, so a smaller MSS does not help{}.",
+                Quantity::Goodput(f.goodput_bps()),
+                Quantity::Goodput(r.goodput_bps()),
+                r.client_mss.unwrap_or(0),
+                if crate::offload::detected(data) {
+                    ": the server emits frames larger than its TCP asked for, a second fault to fix after this one (nic-offload-ignores-mtu)"
+                } else {
+                    ""
+                }
+            ),
+        },
         (TcpGuard::Fits { mss, clamp }, Download::Stalled(f, r)) => TcpStory {
             protected: false,
             sentence: format!(
@@ -771,6 +799,9 @@ fn bulk_findings(data: &MtuData) -> Vec<Finding> {
                 "; server snd_mss {} B, pmtu {} B, {} retransmissions (TCP_INFO)",
                 s.snd_mss, s.pmtu, s.total_retrans
             ));
+            if let Some(sent) = s.data_segs_out {
+                detail.push_str(&format!(" of {sent} data segments"));
+            }
         }
         Evidence::new(name, Quantity::Goodput(r.goodput_bps())).with_detail(detail)
     };
@@ -820,6 +851,17 @@ fn bulk_findings(data: &MtuData) -> Vec<Finding> {
             }
             vec![finding]
         }
+        // The offload finding carries both downloads when it fired.
+        Download::BothCrawl(..) if crate::offload::detected(data) => Vec::new(),
+        Download::BothCrawl(f, r) => vec![finding("bulk-download", Status::Inconclusive, "downloads crawl even with a smaller MSS")
+            .summary(format!(
+                "A download with the client's normal MSS ran at {} and one with the MSS set to {} at {}, with a large share of segments retransmitted: the segment size is not what limits it, and this check cannot tell what does (try `pathdoc check --throughput`).",
+                Quantity::Goodput(f.goodput_bps()),
+                r.client_mss.unwrap_or(0),
+                Quantity::Goodput(r.goodput_bps())
+            ))
+            .evidence(normal(f))
+            .evidence(reduced(r))],
         Download::Fine(f, r) => {
             let why = match dropping_mtu(data, Direction::ServerToClient) {
                 Some(m) => match tcp_guard(data, Direction::ServerToClient, m) {
@@ -902,6 +944,8 @@ pub fn findings(data: &MtuData) -> Vec<Finding> {
     for d in [&data.up, &data.down].into_iter().flatten() {
         out.extend(direction_findings(d, data));
     }
+    // After the direction findings: a black hole is the first fault to fix, this the second.
+    out.extend(crate::offload::finding(data));
     out.extend(mss_findings(data));
     out.extend(bulk_findings(data));
     out.extend(not_run_findings(data));
@@ -975,6 +1019,8 @@ mod tests {
                 snd_mss,
                 pmtu: 1500,
                 total_retrans: 0,
+                data_segs_out: None,
+                icmp_too_big_in: None,
             }),
         }
     }

@@ -184,6 +184,9 @@ pub enum Reply {
     BulkStats {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         stats: Option<BulkServerStats>,
+        /// The server's interface that carried the download (driver, offloads, VM).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nic: Option<pathdoc_sys::nic::NicFacts>,
     },
     Error {
         message: String,
@@ -203,6 +206,21 @@ pub struct BulkServerStats {
     pub snd_mss: u32,
     pub pmtu: u32,
     pub total_retrans: u32,
+    /// Data segments the server's TCP sent, retransmissions included (TCP_INFO data_segs_out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_segs_out: Option<u32>,
+    /// ICMP destination-unreachable / packet-too-big messages the server's host received while
+    /// the download ran (/proc/net/snmp difference; counted after its firewall).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icmp_too_big_in: Option<u64>,
+}
+
+impl BulkServerStats {
+    /// Retransmitted share of the data segments sent, when known.
+    pub fn retrans_fraction(&self) -> Option<f64> {
+        let sent = self.data_segs_out?;
+        (sent > 0).then(|| f64::from(self.total_retrans) / f64::from(sent))
+    }
 }
 
 #[cfg(test)]

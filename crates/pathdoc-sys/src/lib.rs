@@ -1,7 +1,9 @@
 //! Linux kernel access for pathdoc: TCP_INFO, socket options, network namespaces, sysctls.
 pub mod cgroup;
 pub mod cpu_usage;
+pub mod icmp_counters;
 pub mod netns;
+pub mod nic;
 pub mod pmtu;
 pub mod process;
 pub mod saved_syn;

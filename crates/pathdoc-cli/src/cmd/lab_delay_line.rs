@@ -36,6 +36,13 @@ pub struct DelayLineArgs {
     /// Random loss b→a in percent of frames.
     #[arg(long, value_name = "PCT", default_value_t = 0.0, value_parser = parse_percent)]
     pub loss_b_to_a: f64,
+    /// Act as a NIC whose TCP segmentation offload cuts a→b super-frames into IP packets of this
+    /// size whatever the sender's MSS (QEMU's rtl8139 uses 1500).
+    #[arg(long, value_name = "BYTES")]
+    pub nic_segments_a_to_b: Option<u16>,
+    /// The same for b→a.
+    #[arg(long, value_name = "BYTES")]
+    pub nic_segments_b_to_a: Option<u16>,
     /// Bring both interfaces up and silence IPv6 on them before starting.
     #[arg(long)]
     pub prepare: bool,
@@ -75,11 +82,13 @@ impl DelayLineArgs {
                 delay: millis(self.delay_a_to_b),
                 jitter: millis(self.jitter_a_to_b),
                 loss_percent: self.loss_a_to_b,
+                nic_segments_at: self.nic_segments_a_to_b,
             },
             b_to_a: DirectionConfig {
                 delay: millis(self.delay_b_to_a),
                 jitter: millis(self.jitter_b_to_a),
                 loss_percent: self.loss_b_to_a,
+                nic_segments_at: self.nic_segments_b_to_a,
             },
         }
     }
@@ -105,6 +114,16 @@ pub fn run(args: DelayLineArgs) -> anyhow::Result<i32> {
         args.jitter_b_to_a,
         args.loss_b_to_a
     );
+    for (direction, bytes) in [
+        ("a→b", args.nic_segments_a_to_b),
+        ("b→a", args.nic_segments_b_to_a),
+    ] {
+        if let Some(bytes) = bytes {
+            crate::errln!(
+                "pathdoc delay-line: {direction} acts as a NIC that cuts TCP super-frames into {bytes}-byte IP packets whatever the MSS"
+            );
+        }
+    }
     let stats = run_delay_line(&cfg, stop)?;
     crate::errln!("pathdoc delay-line: a→b {}", describe(&stats.a_to_b));
     crate::errln!("pathdoc delay-line: b→a {}", describe(&stats.b_to_a));

@@ -25,7 +25,7 @@ pub fn check_args(scenario: &str) -> Option<&'static [&'static str]> {
             "1s",
             "--idle-no-udp",
         ],
-        "pmtu-blackhole" => &["--mtu"],
+        "pmtu-blackhole" | "nic-ignores-mtu" => &["--mtu"],
         "lossy-long-fat" => &[
             "--throughput",
             "--throughput-time",

@@ -299,7 +299,7 @@ fn record(lab: &Lab, scenario: &str, dir: &Scratch) -> Vec<PathBuf> {
             )
             .unwrap();
         }
-        "pmtu-blackhole" => {
+        "pmtu-blackhole" | "nic-ignores-mtu" => {
             let _ = traffic::download(lab, 1 << 20, Duration::from_secs(4)).unwrap();
             let _ = traffic::download(lab, 1000, Duration::from_secs(2)).unwrap();
         }

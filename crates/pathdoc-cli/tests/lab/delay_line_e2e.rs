@@ -247,6 +247,7 @@ fn delay(delay_ms: u64, jitter_ms: u64, loss_percent: f64) -> DirectionConfig {
         delay: ms(delay_ms),
         jitter: ms(jitter_ms),
         loss_percent,
+        ..Default::default()
     }
 }
 

@@ -205,6 +205,7 @@ fn cli_list_and_bad_input() {
             "modem-idle",
             "cgnat-chain",
             "pmtu-blackhole",
+            "nic-ignores-mtu",
             "lossy-long-fat",
             "window-limited",
             "slow-lossy-duplex",

@@ -28,6 +28,7 @@ mod lab_lifecycle;
 mod lab_nat;
 mod lab_pmtu;
 mod mtu_lab;
+mod nic_lab;
 mod police_lab;
 mod report_html;
 mod speed_lab;

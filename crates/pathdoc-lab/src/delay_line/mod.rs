@@ -54,6 +54,9 @@ pub use signals::stop_on_termination_signals;
 /// Longest one-way delay plus jitter accepted for one direction.
 pub const MAX_DELAY: Duration = Duration::from_secs(10);
 
+/// IP packet sizes a fixed-size NIC may cut at (IPv4's minimum reassembly size to jumbo frames).
+pub const NIC_SEGMENT_RANGE: std::ops::RangeInclusive<u16> = 576..=9000;
+
 /// Default bound on the bytes queued in one direction: 1 Gbit/s × 300 ms is 37.5 MB, so 64 MiB
 /// holds the largest delay the lab uses at full rate with room for bursts.
 pub const DEFAULT_QUEUE_LIMIT_BYTES: usize = 64 << 20;
@@ -87,6 +90,10 @@ pub struct DirectionConfig {
     pub jitter: Duration,
     /// Probability in percent (0–100) that a frame is dropped.
     pub loss_percent: f64,
+    /// Emulates a NIC whose TCP segmentation offload cuts at a fixed IP packet size (QEMU's
+    /// rtl8139: 1500) whatever MSS or path MTU the sending kernel asked for: TCP GSO super-frames
+    /// leave as packets of this many bytes, DF kept. Ordinary frames pass as they are.
+    pub nic_segments_at: Option<u16>,
 }
 
 /// A delay line between two interfaces of the current network namespace.
@@ -175,6 +182,15 @@ impl DirectionConfig {
                 "{direction} loss must be between 0 and 100 percent, got {}",
                 self.loss_percent
             )));
+        }
+        if let Some(bytes) = self.nic_segments_at {
+            if !NIC_SEGMENT_RANGE.contains(&bytes) {
+                return Err(DelayLineError::InvalidConfig(format!(
+                    "{direction} NIC segmentation size must be {}..={} bytes, got {bytes}",
+                    NIC_SEGMENT_RANGE.start(),
+                    NIC_SEGMENT_RANGE.end()
+                )));
+            }
         }
         if self.delay.saturating_add(self.jitter) > MAX_DELAY {
             return Err(DelayLineError::InvalidConfig(format!(
@@ -462,7 +478,18 @@ impl Direction {
                 connected &= self.admit(bytes, departure, &queue, limit, &mut rng);
             };
             let lossy = self.config.loss_percent > 0.0;
-            if !(lossy && segment::segment_gso_frame(frame, &mut segment_scratch, &mut admit)) {
+            let cut = match self.config.nic_segments_at {
+                Some(bytes) => segment::segment_tcp_at_packet_size(
+                    frame,
+                    usize::from(bytes),
+                    &mut segment_scratch,
+                    &mut admit,
+                ),
+                None => false,
+            };
+            if !(cut
+                || lossy && segment::segment_gso_frame(frame, &mut segment_scratch, &mut admit))
+            {
                 admit(frame);
             }
             if !connected {
@@ -775,6 +802,7 @@ mod tests {
             delay: Duration::from_millis(delay_ms),
             jitter: Duration::from_millis(jitter_ms),
             loss_percent: loss,
+            ..Default::default()
         }
     }
 

@@ -39,16 +39,51 @@ struct Layout {
 /// Cuts `frame` (virtio_net_hdr + Ethernet frame) into segments and calls `emit` with each one
 /// (again virtio_net_hdr + Ethernet frame). Returns false, emitting nothing, when `frame` is not a
 /// TCP or UDP GSO super-frame this function understands; the caller then handles it whole.
-pub fn segment_gso_frame(frame: &[u8], scratch: &mut Vec<u8>, mut emit: impl FnMut(&[u8])) -> bool {
+pub fn segment_gso_frame(frame: &[u8], scratch: &mut Vec<u8>, emit: impl FnMut(&[u8])) -> bool {
     let Some(layout) = parse(frame) else {
         return false;
     };
+    let piece = layout.gso_size;
+    cut(frame, &layout, piece, scratch, emit);
+    true
+}
+
+/// Cuts a TCP GSO super-frame into IP packets of `packet_bytes` (the last one shorter), ignoring
+/// the MSS the kernel asked for in `gso_size`: what an emulated NIC with a fixed segmentation size
+/// does (QEMU's rtl8139 cuts at 1500 whatever the path MTU). The pieces keep the super-frame's DF
+/// bit. Returns false, emitting nothing, when `frame` is not a TCP GSO super-frame this function
+/// understands or `packet_bytes` leaves no room for payload after the headers.
+pub fn segment_tcp_at_packet_size(
+    frame: &[u8],
+    packet_bytes: usize,
+    scratch: &mut Vec<u8>,
+    emit: impl FnMut(&[u8]),
+) -> bool {
+    let Some(layout) = parse(frame) else {
+        return false;
+    };
+    let headers = layout.headers_end - layout.l3;
+    if !layout.tcp || packet_bytes <= headers {
+        return false;
+    }
+    cut(frame, &layout, packet_bytes - headers, scratch, emit);
+    true
+}
+
+/// Emits the payload of `frame` in pieces of `piece` bytes, each with its own headers.
+fn cut(
+    frame: &[u8],
+    layout: &Layout,
+    piece: usize,
+    scratch: &mut Vec<u8>,
+    mut emit: impl FnMut(&[u8]),
+) {
     let eth = &frame[VNET_HDR_LEN..];
     let payload = &eth[layout.headers_end..];
     let l4_header_len = layout.headers_end - layout.l4;
-    let segments = payload.len().div_ceil(layout.gso_size);
+    let segments = payload.len().div_ceil(piece);
     let csum_offset: u16 = if layout.tcp { 16 } else { 6 };
-    for (index, chunk) in payload.chunks(layout.gso_size).enumerate() {
+    for (index, chunk) in payload.chunks(piece).enumerate() {
         scratch.clear();
         scratch.push(VIRTIO_NET_HDR_F_NEEDS_CSUM);
         scratch.push(0); // gso_type NONE
@@ -72,7 +107,7 @@ pub fn segment_gso_frame(frame: &[u8], scratch: &mut Vec<u8>, mut emit: impl FnM
             put_u16(packet, l3 + 4, (l4 - l3 - 40 + l4_len) as u16);
         }
         if layout.tcp {
-            let seq = get_u32(packet, l4 + 4).wrapping_add((index * layout.gso_size) as u32);
+            let seq = get_u32(packet, l4 + 4).wrapping_add((index * piece) as u32);
             packet[l4 + 4..l4 + 8].copy_from_slice(&seq.to_be_bytes());
             if index > 0 {
                 packet[l4 + 13] &= !TCP_CWR;
@@ -95,7 +130,6 @@ pub fn segment_gso_frame(frame: &[u8], scratch: &mut Vec<u8>, mut emit: impl FnM
         put_u16(packet, l4 + csum_offset as usize, fold(pseudo));
         emit(scratch);
     }
-    true
 }
 
 fn parse(frame: &[u8]) -> Option<Layout> {
@@ -252,6 +286,48 @@ mod tests {
                 expected_payload = expected_payload.wrapping_add(1);
             }
         }
+    }
+
+    #[test]
+    fn a_fixed_size_nic_cuts_at_its_own_size_whatever_the_mss() {
+        // The kernel asked for 1000-byte segments; a NIC fixed at 1000-byte IP packets carries
+        // 1000 − 20 − 32 = 948 bytes of payload per frame: 3 full frames and a 656-byte tail.
+        let frame = tcp4_super_frame();
+        let mut packets = Vec::new();
+        assert!(segment_tcp_at_packet_size(
+            &frame,
+            1000,
+            &mut Vec::new(),
+            |s| packets.push(s.to_vec())
+        ));
+        let sizes: Vec<usize> = packets
+            .iter()
+            .map(|p| usize::from(get_u16(&p[VNET_HDR_LEN..], 16)))
+            .collect();
+        assert_eq!(sizes, [1000, 1000, 1000, 52 + 3500 - 3 * 948]);
+        for (index, packet) in packets.iter().enumerate() {
+            let packet = &packet[VNET_HDR_LEN..];
+            assert_eq!(packet.len(), 14 + sizes[index]);
+            assert_ne!(packet[20] & 0x40, 0, "DF kept");
+            assert_eq!(get_u32(packet, 38), 1_000_000 + 948 * index as u32);
+            assert_eq!(packet[47] & (TCP_FIN | TCP_PSH) != 0, index == 3);
+            assert_eq!(fold(sum_words(&packet[14..34])), 0xffff);
+        }
+        // No room for payload, or not TCP GSO: handled whole by the caller.
+        assert!(!segment_tcp_at_packet_size(
+            &frame,
+            52,
+            &mut Vec::new(),
+            |_| panic!("emitted")
+        ));
+        let mut plain = tcp4_super_frame();
+        plain[1] = 0;
+        assert!(!segment_tcp_at_packet_size(
+            &plain,
+            1500,
+            &mut Vec::new(),
+            |_| panic!("emitted")
+        ));
     }
 
     #[test]
