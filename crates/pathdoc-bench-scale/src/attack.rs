@@ -178,13 +178,13 @@ pub struct Outcomes {
 }
 
 impl Outcomes {
-    fn refusal(&self, message: String) {
+    pub(crate) fn refusal(&self, message: String) {
         self.refused.fetch_add(1, Ordering::Relaxed);
         let mut first = self.first_refusal.lock().unwrap_or_else(|e| e.into_inner());
         first.get_or_insert(message);
     }
 
-    fn error(&self, e: impl std::fmt::Display) {
+    pub(crate) fn error(&self, e: impl std::fmt::Display) {
         self.silent.fetch_add(1, Ordering::Relaxed);
         let mut first = self.first_error.lock().unwrap_or_else(|p| p.into_inner());
         first.get_or_insert(e.to_string());
@@ -221,7 +221,7 @@ impl Outcomes {
     }
 }
 
-async fn open(
+pub(crate) async fn open(
     source: IpAddr,
     server: SocketAddr,
     channel: Channel,
@@ -237,7 +237,7 @@ async fn open(
     outcomes.count(pathdoc_proto::handshake(stream, None, channel, STEP).await)
 }
 
-fn control(check: CheckKind) -> Channel {
+pub(crate) fn control(check: CheckKind) -> Channel {
     Channel::Control {
         check,
         resume: None,

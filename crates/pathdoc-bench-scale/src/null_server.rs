@@ -61,6 +61,8 @@ pub fn run(listen: SocketAddr) -> anyhow::Result<()> {
             connections_total: 1 << 20,
             sessions_per_ip: 1 << 16,
             sessions_total: 1 << 20,
+            handshakes_per_ip: 1 << 20,
+            handshakes_total: 1 << 20,
             ..Limits::default()
         };
         let config = ServerConfig {

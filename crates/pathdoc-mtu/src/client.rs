@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use pathdoc_core::{Finding, Progress};
-use pathdoc_proto::{Channel, CheckKind, FramedConn, ProtoError, SessionId, UdpHeader};
+use pathdoc_proto::{
+    Channel, CheckKind, FramedConn, ProtoError, RefusalCode, SessionId, UdpHeader,
+};
 use pathdoc_sys::pmtu;
 use tokio::io::AsyncReadExt;
 
@@ -228,6 +230,11 @@ pub async fn run_check(
                 };
                 match outcome {
                     Some(Ok(())) => {}
+                    Some(Err(MtuError::Proto(ProtoError::Refused(r))))
+                        if r.code == RefusalCode::LimitExceeded =>
+                    {
+                        run.data.refused_busy(step, r.message)
+                    }
                     Some(Err(e)) => run.data.not_run(step, e.to_string()),
                     None => run.data.not_run(step, INTERRUPTED),
                 }

@@ -56,6 +56,10 @@ pub const FINDING_IDS: &[FindingId] = &[
         meaning: "the server's NIC sends frames larger than its TCP asked for (segmentation offload ignores the MSS and path MTU): even with an MSS that fits, the download crawls with ≥ 20 % of segments retransmitted while UDP probes of that size pass and ICMP too-big keeps arriving: FAIL; named after pmtud-black-hole, as the second fault to fix, when ICMP does not reach the server",
     },
     FindingId {
+        id: "server-busy",
+        meaning: "the server refused a step because its pool was full or shared out between other clients (the server was busy; e.g. the timed download did not run), with the server's figures: WARN",
+    },
+    FindingId {
         id: "step-not-run",
         meaning: "a step of the check did not run or finish (interrupted, refused, failed), with why: INFO",
     },
@@ -129,6 +133,10 @@ impl Step {
 pub struct NotRun {
     pub step: Step,
     pub why: String,
+    /// The server refused the step for want of room (a full or fairly shared pool): the
+    /// measurement is missing because of load, which the user must see.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub busy: bool,
 }
 
 /// The mtu check's raw data (`report.data["mtu"]`).
@@ -170,6 +178,16 @@ impl MtuData {
         self.not_run.push(NotRun {
             step,
             why: why.into(),
+            busy: false,
+        });
+    }
+
+    /// A step the server refused for want of room ([`NotRun::busy`]).
+    pub fn refused_busy(&mut self, step: Step, why: impl Into<String>) {
+        self.not_run.push(NotRun {
+            step,
+            why: why.into(),
+            busy: true,
         });
     }
 
@@ -915,6 +933,23 @@ fn not_run_findings(data: &MtuData) -> Vec<Finding> {
                     n.why
                 ))
             }
+            _ if n.busy => Finding::new(
+                CHECK,
+                "server-busy",
+                Status::Warn,
+                format!("the server was busy: {} not run", n.step.words()),
+            )
+            .summary(format!(
+                "The server was busy: {} did not run, so this report lacks it. The server said: {}.",
+                n.step.words(),
+                n.why
+            ))
+            .remedy(
+                Remedy::new(
+                    "Run the check again when the server is less busy, or have its operator raise the limit the refusal names",
+                )
+                .on(Host::Server),
+            ),
             _ => Finding::new(
                 CHECK,
                 "step-not-run",
@@ -950,6 +985,33 @@ pub fn findings(data: &MtuData) -> Vec<Finding> {
     out.extend(bulk_findings(data));
     out.extend(not_run_findings(data));
     out
+}
+
+#[cfg(test)]
+mod busy_tests {
+    use super::*;
+
+    #[test]
+    fn a_download_the_server_was_too_busy_for_is_a_warning_not_a_note() {
+        let mut data = MtuData::default();
+        data.refused_busy(
+            Step::Download,
+            "the server is busy: 8 of its 8 bulk downloads are in use",
+        );
+        data.not_run(Step::Mss, "the check was interrupted");
+        let f = findings(&data);
+        let busy = f.iter().find(|f| f.id == "server-busy").unwrap();
+        assert_eq!(busy.status, Status::Warn);
+        assert!(
+            busy.title
+                .contains("the server was busy: the timed download not run"),
+            "{}",
+            busy.title
+        );
+        assert!(busy.summary.contains("8 of its 8"), "{}", busy.summary);
+        let note = f.iter().find(|f| f.id == "step-not-run").unwrap();
+        assert_eq!(note.status, Status::Info);
+    }
 }
 
 #[cfg(test)]

@@ -3,9 +3,9 @@
 //! each has a cap per client and a cap in total; a [`BudgetHold`] returns its share on drop.
 //! Taking from a budget is one map update under a short lock.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::fair::{FairPool, Over};
 use crate::limits::{lock, ClientKey, Limits};
 
 /// Why the server did not start something: the reason for logs and counters, the limit in
@@ -17,7 +17,28 @@ pub struct Refuse {
     pub message: String,
 }
 
-/// One budget with a per-client and a total cap.
+/// The words for a take the fairness rule ([`crate::fair`]) refused: the server is busy, how
+/// much this client may take now, and the way out.
+pub(crate) fn fair_share_message(
+    what: &str,
+    client: ClientKey,
+    n: u32,
+    (used, total, held, may_take): (u32, u32, u32, u32),
+    total_flag: &str,
+) -> String {
+    let now = if may_take == 0 {
+        "none more until some finish".to_string()
+    } else {
+        format!("at most {may_take} more now")
+    };
+    format!(
+        "the server is busy: {used} of its {total} {what} are in use, shared fairly between the client addresses that want them; \
+         this client address ({client}) holds {held} and may take {now}, this needs {n}; \
+         try again in a minute (or with fewer) or ask its operator to raise {total_flag}"
+    )
+}
+
+/// One budget with a per-client and a total cap, shared fairly ([`crate::fair`]).
 #[derive(Debug)]
 pub struct Budget {
     /// What is counted, for messages ("throughput streams").
@@ -28,15 +49,8 @@ pub struct Budget {
     /// The reasons logged when a cap refuses.
     total_reason: &'static str,
     client_reason: &'static str,
-    total: u32,
-    per_client: u32,
-    state: Mutex<BudgetState>,
-}
-
-#[derive(Debug, Default)]
-struct BudgetState {
-    used: u32,
-    by_client: HashMap<ClientKey, u32>,
+    fair_reason: &'static str,
+    state: Mutex<FairPool>,
 }
 
 /// A share of a [`Budget`]; dropping it gives the share back.
@@ -50,36 +64,49 @@ pub struct BudgetHold {
 impl Budget {
     /// Take `n` units for `client`, or say which cap stops it.
     pub fn try_take(self: &Arc<Self>, client: ClientKey, n: u32) -> Result<BudgetHold, Refuse> {
-        let mut state = lock(&self.state);
-        let mine = state.by_client.get(&client).copied().unwrap_or(0);
-        if mine + n > self.per_client {
-            return Err(Refuse {
+        let mut pool = lock(&self.state);
+        match pool.try_take(client, n) {
+            Ok(()) => Ok(BudgetHold {
+                budget: self.clone(),
+                client,
+                n,
+            }),
+            Err(over) => Err(self.refusal(client, n, over)),
+        }
+    }
+
+    /// The words for a take the pool did not admit.
+    fn refusal(&self, client: ClientKey, n: u32, over: Over) -> Refuse {
+        let what = self.what;
+        match over {
+            Over::PerClient { limit, held } => Refuse {
                 reason: self.client_reason,
-                limit: self.per_client,
+                limit,
                 message: format!(
-                    "it allows {} {} at once per client address ({client}) and this one needs {n} with {mine} in use; \
+                    "it allows {limit} {what} at once per client address ({client}) and this one needs {n} with {held} in use; \
                      wait for the others from this address to finish or ask its operator to raise {}",
-                    self.per_client, self.what, self.client_flag
+                    self.client_flag
                 ),
-            });
-        }
-        if state.used + n > self.total {
-            return Err(Refuse {
+            },
+            Over::Total { limit, used } => Refuse {
                 reason: self.total_reason,
-                limit: self.total,
+                limit,
                 message: format!(
-                    "it is running its maximum of {} {} ({} in use, this needs {n}); try again in a minute or ask its operator to raise {}",
-                    self.total, self.what, state.used, self.total_flag
+                    "it is running its maximum of {limit} {what} ({used} in use, this needs {n}); try again in a minute or ask its operator to raise {}",
+                    self.total_flag
                 ),
-            });
+            },
+            Over::FairShare {
+                used,
+                total,
+                held,
+                may_take,
+            } => Refuse {
+                reason: self.fair_reason,
+                limit: total,
+                message: fair_share_message(what, client, n, (used, total, held, may_take), self.total_flag),
+            },
         }
-        state.used += n;
-        *state.by_client.entry(client).or_insert(0) += n;
-        Ok(BudgetHold {
-            budget: self.clone(),
-            client,
-            n,
-        })
     }
 
     /// An empty share for `client`, to [`grow`](BudgetHold::try_grow) one unit at a time.
@@ -93,11 +120,11 @@ impl Budget {
 
     /// Units in use now.
     pub fn in_use(&self) -> u32 {
-        lock(&self.state).used
+        lock(&self.state).used()
     }
 
     pub fn total(&self) -> u32 {
-        self.total
+        lock(&self.state).total()
     }
 }
 
@@ -118,14 +145,7 @@ impl BudgetHold {
 
 impl Drop for BudgetHold {
     fn drop(&mut self) {
-        let mut state = lock(&self.budget.state);
-        state.used = state.used.saturating_sub(self.n);
-        if let Some(c) = state.by_client.get_mut(&self.client) {
-            *c = c.saturating_sub(self.n);
-            if *c == 0 {
-                state.by_client.remove(&self.client);
-            }
-        }
+        lock(&self.budget.state).give(self.client, self.n);
     }
 }
 
@@ -150,9 +170,8 @@ impl Budgets {
                 client_flag: "--max-streams-per-ip",
                 total_reason: "streams-total",
                 client_reason: "streams-per-client",
-                total: limits.streams_total,
-                per_client: limits.streams_per_ip,
-                state: Mutex::default(),
+                fair_reason: "streams-fair-share",
+                state: Mutex::new(FairPool::new(limits.streams_total, limits.streams_per_ip)),
             }),
             bulk: Arc::new(Budget {
                 what: "bulk downloads",
@@ -160,9 +179,8 @@ impl Budgets {
                 client_flag: "--max-bulk-per-ip",
                 total_reason: "bulk-total",
                 client_reason: "bulk-per-client",
-                total: limits.bulk_total,
-                per_client: limits.bulk_per_ip,
-                state: Mutex::default(),
+                fair_reason: "bulk-fair-share",
+                state: Mutex::new(FairPool::new(limits.bulk_total, limits.bulk_per_ip)),
             }),
             probes: Arc::new(Budget {
                 what: "idle-check probes (connections and UDP bindings, kept until their session ends)",
@@ -170,9 +188,8 @@ impl Budgets {
                 client_flag: "--max-idle-probes-per-ip",
                 total_reason: "idle-probes-total",
                 client_reason: "idle-probes-per-client",
-                total: limits.probes_total,
-                per_client: limits.probes_per_ip,
-                state: Mutex::default(),
+                fair_reason: "idle-probes-fair-share",
+                state: Mutex::new(FairPool::new(limits.probes_total, limits.probes_per_ip)),
             }),
         }
     }
@@ -200,12 +217,22 @@ mod tests {
             "{}",
             refused.message
         );
-        let _b = budgets.streams.try_take(b, 3).unwrap();
+        // The pool is shared fairly: b, holding nothing, may take 2 of the 3 free now.
+        let busy = budgets.streams.try_take(b, 3).unwrap_err();
+        assert_eq!(busy.reason, "streams-fair-share");
+        assert!(
+            busy.message.contains("the server is busy") && busy.message.contains("at most 2 more"),
+            "{}",
+            busy.message
+        );
+        let _b = budgets.streams.try_take(b, 2).unwrap();
+        let c = ClientKey::of("192.0.2.3".parse().unwrap(), &limits);
+        let _c = budgets.streams.try_take(c, 1).unwrap();
         let full = budgets.streams.try_take(a, 1).unwrap_err();
         assert_eq!((full.reason, full.limit), ("streams-total", 5));
         drop(first);
         assert_eq!(budgets.streams.in_use(), 3);
-        assert!(budgets.streams.try_take(a, 2).is_ok());
+        assert!(budgets.streams.try_take(a, 1).is_ok());
         let mut growing = budgets.bulk.empty(b);
         for _ in 0..limits.bulk_per_ip {
             growing.try_grow(1).unwrap();

@@ -12,7 +12,8 @@ use pathdoc_proto::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::budget::Refuse;
+use crate::budget::{fair_share_message, Refuse};
+use crate::fair::Over;
 use crate::limits::{AdmitError, ClientKey, ConnectionPermit, Limits};
 use crate::session::{EndReason, SessionError};
 use crate::stats::Accounting;
@@ -36,9 +37,7 @@ pub(crate) fn bind_tcp(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListe
 pub(crate) fn admit(shared: &Shared, peer: SocketAddr) -> Result<ConnectionPermit, AdmitError> {
     shared.accounting.accepted.fetch_add(1, Ordering::Relaxed);
     let limits = &shared.config.limits;
-    shared
-        .conns
-        .try_admit(ClientKey::of(peer.ip(), limits), limits)
+    shared.conns.try_admit(ClientKey::of(peer.ip(), limits))
 }
 
 /// Refuse a connection [`admit`] turned away, from the accept loop: the refusal is written at
@@ -52,23 +51,7 @@ pub(crate) fn refuse_admission(
     over: AdmitError,
 ) {
     let key = ClientKey::of(peer.ip(), &shared.config.limits);
-    let refusal = match over {
-        AdmitError::PerClient(n) => Refuse {
-            reason: "connections-per-client",
-            limit: n,
-            message: format!(
-                "it allows {n} open connections per client address ({key}) and this address has them all; \
-                 wait for other pathdoc runs from this address or network to finish, or ask its operator to raise --max-connections-per-ip"
-            ),
-        },
-        AdmitError::Total(n) => Refuse {
-            reason: "connections-total",
-            limit: n,
-            message: format!(
-                "it is holding its maximum of {n} open connections; try again in a few minutes or ask its operator to raise --max-connections"
-            ),
-        },
-    };
+    let refusal = admission_refusal(key, over);
     shared.accounting.refused(peer, &refusal);
     let bytes = encode_refusal(RefusalCode::LimitExceeded, refusal.message);
     let mut sink = [0u8; 1024];
@@ -118,12 +101,58 @@ impl Drop for DrainSlot {
     }
 }
 
+/// Words for a connection the connection or handshake pool did not admit.
+fn admission_refusal(key: ClientKey, over: AdmitError) -> Refuse {
+    match over {
+        AdmitError::Connections(Over::PerClient { limit, .. }) => Refuse {
+            reason: "connections-per-client",
+            limit,
+            message: format!(
+                "it allows {limit} open connections per client address ({key}) and this address has them all; \
+                 wait for other pathdoc runs from this address or network to finish, or ask its operator to raise --max-connections-per-ip"
+            ),
+        },
+        AdmitError::Connections(Over::Total { limit, .. }) => Refuse {
+            reason: "connections-total",
+            limit,
+            message: format!(
+                "it is holding its maximum of {limit} open connections; try again in a few minutes or ask its operator to raise --max-connections"
+            ),
+        },
+        AdmitError::Connections(Over::FairShare { used, total, held, may_take }) => Refuse {
+            reason: "connections-fair-share",
+            limit: total,
+            message: fair_share_message("open connections", key, 1, (used, total, held, may_take), "--max-connections"),
+        },
+        AdmitError::Handshakes(Over::PerClient { limit, .. }) => Refuse {
+            reason: "handshakes-per-client",
+            limit,
+            message: format!(
+                "it allows {limit} connections per client address ({key}) still in their handshake and this address has them all; \
+                 wait for them to finish or ask its operator to raise --max-handshakes-per-ip"
+            ),
+        },
+        AdmitError::Handshakes(Over::Total { limit, .. }) => Refuse {
+            reason: "handshakes-total",
+            limit,
+            message: format!(
+                "it is holding its maximum of {limit} connections still in their handshake; try again in a few seconds or ask its operator to raise --max-handshakes"
+            ),
+        },
+        AdmitError::Handshakes(Over::FairShare { used, total, held, may_take }) => Refuse {
+            reason: "handshakes-fair-share",
+            limit: total,
+            message: fair_share_message("connections in their handshake", key, 1, (used, total, held, may_take), "--max-handshakes"),
+        },
+    }
+}
+
 /// One admitted connection: handshake, then the channel it asked for.
 pub(crate) async fn handle(
     shared: Arc<Shared>,
     stream: TcpStream,
     peer: SocketAddr,
-    permit: ConnectionPermit,
+    mut permit: ConnectionPermit,
 ) {
     let Ok(mut conn) = FramedConn::new(stream) else {
         return;
@@ -131,6 +160,8 @@ pub(crate) async fn handle(
     let Some(hello) = handshake(&shared, &mut conn, peer).await else {
         return;
     };
+    // Past a valid Hello (and token): the connection leaves the small handshake pool.
+    permit.handshake_done();
     conn.set_send_timeout(Some(SEND_TIMEOUT));
     match hello.channel {
         // A client's preflight: reachable, same version, right token. No session, no task.
@@ -375,6 +406,27 @@ fn session_refusal(e: SessionError, limits: &Limits) -> (RefusalCode, Refuse) {
             format!(
                 "it is running its maximum of {n} sessions; try again in a few minutes or ask its operator to raise --max-sessions"
             ),
+        ),
+        SessionError::FairShare {
+            client,
+            over:
+                Over::FairShare {
+                    used,
+                    total,
+                    held,
+                    may_take,
+                },
+        } => (
+            RefusalCode::LimitExceeded,
+            "sessions-fair-share",
+            total,
+            fair_share_message("live sessions", client, 1, (used, total, held, may_take), "--max-sessions"),
+        ),
+        SessionError::FairShare { client, .. } => (
+            RefusalCode::LimitExceeded,
+            "sessions-fair-share",
+            limits.sessions_total,
+            format!("the server is busy; this client address ({client}) holds its share of the live sessions"),
         ),
         SessionError::Busy => (
             RefusalCode::LimitExceeded,

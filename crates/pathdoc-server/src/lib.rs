@@ -13,6 +13,7 @@
 
 pub mod budget;
 pub mod closing;
+pub mod fair;
 pub mod limits;
 pub mod session;
 pub mod stats;
@@ -29,6 +30,7 @@ use pathdoc_proto::{CheckKind, FramedConn};
 use tokio_util::sync::CancellationToken;
 
 pub use budget::{Budget, BudgetHold, Budgets, Refuse};
+pub use fair::{FairPool, Over};
 pub use limits::{ClientKey, ConnectionPermit, Limits, Reservation};
 pub use session::{EndReason, RegistrySnapshot, Session, SessionRegistry};
 pub use stats::Accounting;
@@ -202,7 +204,7 @@ impl Server {
                 accounting.clone(),
             ),
             accounting,
-            conns: limits::ConnectionCounter::default(),
+            conns: limits::ConnectionCounter::new(&self.config.limits),
             udp: Arc::new(udp),
             services: self.services,
             config: self.config,

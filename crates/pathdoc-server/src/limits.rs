@@ -5,12 +5,12 @@
 //! address, or one IPv6 /64 (one subscriber's LAN: a single host can use any of its 2^64
 //! addresses, so counting per IPv6 address would count nothing).
 
-use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::fair::{FairPool, Over};
 use crate::session::SessionUse;
 
 /// Server limits. The defaults suit a public server (docs/server.md, "Resource model", explains
@@ -35,6 +35,12 @@ pub struct Limits {
     pub session_linger: Duration,
     /// Deadline for the preamble and Hello of a new connection.
     pub handshake_timeout: Duration,
+    /// Connections still in their handshake (not yet past a valid Hello, so not yet
+    /// authenticated) one client may hold at once.
+    pub handshakes_per_ip: u32,
+    /// Connections still in their handshake in total: a pool of their own, so silent or
+    /// unauthenticated connections cannot hold the slots authenticated clients need.
+    pub handshakes_total: u32,
     /// Longest throughput test a client may ask for.
     pub max_test_duration: Duration,
     /// UDP bytes the server may send for one session in total.
@@ -66,7 +72,10 @@ impl Default for Limits {
             sessions_total: 4096,
             session_max: Duration::from_secs(3 * 3600),
             session_linger: Duration::from_secs(15 * 60),
-            handshake_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(5),
+            // An idle check may open up to 1000 probe connections at once.
+            handshakes_per_ip: 1024,
+            handshakes_total: 8192,
             max_test_duration: Duration::from_secs(60),
             udp_bytes_per_session: 4 * 1024 * 1024,
             ipv4_prefix: 32,
@@ -111,6 +120,9 @@ impl Limits {
         if self.session_max < Duration::from_secs(1) {
             problems.push("--max-session must be at least 1s".to_string());
         }
+        if self.handshake_timeout < Duration::from_millis(100) {
+            problems.push("--handshake-timeout must be at least 100ms".to_string());
+        }
         if self.max_test_duration < Duration::from_secs(1) {
             problems.push("--max-test must be at least 1s".to_string());
         }
@@ -129,6 +141,12 @@ impl Limits {
                 self.bulk_per_ip,
                 "--max-bulk",
                 self.bulk_total,
+            ),
+            (
+                "--max-handshakes-per-ip",
+                self.handshakes_per_ip,
+                "--max-handshakes",
+                self.handshakes_total,
             ),
         ] {
             if per == 0 {
@@ -153,6 +171,45 @@ impl Limits {
         } else {
             Err(problems.join("; "))
         }
+    }
+}
+
+/// Descriptors a server needs besides its connections and MTU sessions: stdio, epoll, the
+/// listeners and UDP socket, the refused connections that may wait for their hello (256), and
+/// slack for the runtime and logs.
+pub const BASE_DESCRIPTORS: u64 = 320;
+/// Descriptors a live MTU session may hold besides its connections: the UDP probe socket, the
+/// MSS listener and the connection it accepted.
+pub const DESCRIPTORS_PER_SESSION: u64 = 3;
+
+impl Limits {
+    /// Descriptors every cap reached at once needs.
+    pub fn descriptors_needed(&self) -> u64 {
+        u64::from(self.connections_total)
+            + DESCRIPTORS_PER_SESSION * u64::from(self.sessions_total)
+            + BASE_DESCRIPTORS
+    }
+
+    /// These limits shrunk to what `fds` open descriptors can hold, or `None` when they fit.
+    /// Sessions keep at most an eighth of the room (their descriptors come on top of their
+    /// connections), connections get the rest; per-client caps and the handshake pool follow
+    /// their totals down, never below what one check needs.
+    pub fn fit_to_descriptors(&self, fds: u64) -> Option<Limits> {
+        if self.descriptors_needed() <= fds {
+            return None;
+        }
+        let room = fds.saturating_sub(BASE_DESCRIPTORS).max(64);
+        let sessions = (room / 8).clamp(1, u64::from(self.sessions_total)) as u32;
+        let connections = (room - DESCRIPTORS_PER_SESSION * u64::from(sessions))
+            .clamp(3, u64::from(self.connections_total)) as u32;
+        let mut fitted = self.clone();
+        fitted.sessions_total = sessions;
+        fitted.sessions_per_ip = self.sessions_per_ip.min(sessions);
+        fitted.connections_total = connections;
+        fitted.connections_per_ip = self.connections_per_ip.min(connections);
+        fitted.handshakes_total = self.handshakes_total.min(connections);
+        fitted.handshakes_per_ip = self.handshakes_per_ip.min(fitted.handshakes_total);
+        Some(fitted)
     }
 }
 
@@ -199,67 +256,80 @@ impl fmt::Display for ClientKey {
     }
 }
 
-/// Counts open connections per client and in total; a [`ConnectionPermit`] releases its slot
-/// on drop.
-#[derive(Debug, Default)]
+/// Counts open connections per client and in total, and among them those still in their
+/// handshake (a pool of their own); both pools are shared fairly ([`crate::fair`]). A
+/// [`ConnectionPermit`] releases its slots on drop.
+#[derive(Debug)]
 pub struct ConnectionCounter {
     inner: Arc<Mutex<CounterState>>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct CounterState {
-    total: u32,
-    per_client: HashMap<ClientKey, u32>,
+    connections: FairPool,
+    handshakes: FairPool,
 }
 
-/// Why a connection was not admitted.
+/// Why a connection was not admitted: which pool, and which of its bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdmitError {
-    PerClient(u32),
-    Total(u32),
+    Connections(Over),
+    Handshakes(Over),
 }
 
 impl ConnectionCounter {
-    pub fn try_admit(
-        &self,
-        key: ClientKey,
-        limits: &Limits,
-    ) -> Result<ConnectionPermit, AdmitError> {
+    pub fn new(limits: &Limits) -> Self {
+        ConnectionCounter {
+            inner: Arc::new(Mutex::new(CounterState {
+                connections: FairPool::new(limits.connections_total, limits.connections_per_ip),
+                handshakes: FairPool::new(limits.handshakes_total, limits.handshakes_per_ip),
+            })),
+        }
+    }
+
+    /// A slot in both pools for a new connection of `key`, or which one stops it.
+    pub fn try_admit(&self, key: ClientKey) -> Result<ConnectionPermit, AdmitError> {
         let mut state = lock(&self.inner);
-        if state.total >= limits.connections_total {
-            return Err(AdmitError::Total(limits.connections_total));
+        state
+            .connections
+            .try_take(key, 1)
+            .map_err(AdmitError::Connections)?;
+        if let Err(over) = state.handshakes.try_take(key, 1) {
+            state.connections.give(key, 1);
+            return Err(AdmitError::Handshakes(over));
         }
-        let count = state.per_client.entry(key).or_insert(0);
-        if *count >= limits.connections_per_ip {
-            return Err(AdmitError::PerClient(limits.connections_per_ip));
-        }
-        *count += 1;
-        state.total += 1;
         Ok(ConnectionPermit {
             counter: self.inner.clone(),
             key,
+            handshaking: true,
             session: None,
             reservation: None,
         })
     }
 
     pub fn total(&self) -> u32 {
-        lock(&self.inner).total
+        lock(&self.inner).connections.used()
+    }
+
+    /// Connections still in their handshake.
+    pub fn handshaking(&self) -> u32 {
+        lock(&self.inner).handshakes.used()
     }
 
     /// Clients (address groups) with at least one open connection.
     pub fn clients(&self) -> usize {
-        lock(&self.inner).per_client.len()
+        lock(&self.inner).connections.clients()
     }
 }
 
-/// One admitted connection; dropping it frees the slot. Once the connection belongs to a
-/// session, the permit also counts it as one of the session's connections: a session whose
-/// last permit is gone is no longer live.
+/// One admitted connection; dropping it frees the slot. Until its handshake is done it also
+/// holds a handshake slot. Once the connection belongs to a session, the permit also counts it
+/// as one of the session's connections: a session whose last permit is gone is no longer live.
 #[derive(Debug)]
 pub struct ConnectionPermit {
     counter: Arc<Mutex<CounterState>>,
     key: ClientKey,
+    handshaking: bool,
     session: Option<SessionUse>,
     reservation: Option<Reservation>,
 }
@@ -269,6 +339,13 @@ pub struct ConnectionPermit {
 pub type Reservation = Box<dyn std::any::Any + Send + Sync>;
 
 impl ConnectionPermit {
+    /// The connection sent a valid Hello (with the right token): it leaves the handshake pool.
+    pub(crate) fn handshake_done(&mut self) {
+        if std::mem::take(&mut self.handshaking) {
+            lock(&self.counter).handshakes.give(self.key, 1);
+        }
+    }
+
     pub(crate) fn attach(&mut self, session: SessionUse) {
         self.session = Some(session);
     }
@@ -289,12 +366,9 @@ impl Drop for ConnectionPermit {
         drop(self.reservation.take());
         drop(self.session.take());
         let mut state = lock(&self.counter);
-        state.total = state.total.saturating_sub(1);
-        if let Some(count) = state.per_client.get_mut(&self.key) {
-            *count -= 1;
-            if *count == 0 {
-                state.per_client.remove(&self.key);
-            }
+        state.connections.give(self.key, 1);
+        if self.handshaking {
+            state.handshakes.give(self.key, 1);
         }
     }
 }
@@ -316,19 +390,52 @@ mod tests {
             connections_total: 3,
             ..Limits::default()
         };
-        let c = ConnectionCounter::default();
+        let c = ConnectionCounter::new(&limits);
         let a = ClientKey::of("192.0.2.1".parse().unwrap(), &limits);
         let b = ClientKey::of("192.0.2.2".parse().unwrap(), &limits);
-        let p1 = c.try_admit(a, &limits).unwrap();
-        let _p2 = c.try_admit(a, &limits).unwrap();
-        assert_eq!(
-            c.try_admit(a, &limits).unwrap_err(),
-            AdmitError::PerClient(2)
-        );
-        let _p3 = c.try_admit(b, &limits).unwrap();
-        assert_eq!(c.try_admit(b, &limits).unwrap_err(), AdmitError::Total(3));
+        let p1 = c.try_admit(a).unwrap();
+        let _p2 = c.try_admit(a).unwrap();
+        assert!(matches!(
+            c.try_admit(a).unwrap_err(),
+            AdmitError::Connections(Over::PerClient { limit: 2, .. })
+        ));
+        let _p3 = c.try_admit(b).unwrap();
+        assert!(matches!(
+            c.try_admit(b).unwrap_err(),
+            AdmitError::Connections(Over::Total { limit: 3, .. })
+        ));
         drop(p1);
-        assert!(c.try_admit(b, &limits).is_ok());
+        // b holds one of the 2 left free: the free one goes to a client holding nothing.
+        assert!(c.try_admit(b).is_err());
+        let d = ClientKey::of("192.0.2.4".parse().unwrap(), &limits);
+        assert!(c.try_admit(d).is_ok());
+    }
+
+    #[test]
+    fn handshakes_have_a_pool_of_their_own_left_after_the_hello() {
+        let limits = Limits {
+            handshakes_per_ip: 2,
+            handshakes_total: 6,
+            ..Limits::default()
+        };
+        let c = ConnectionCounter::new(&limits);
+        let silent = ClientKey::of("192.0.2.1".parse().unwrap(), &limits);
+        let user = ClientKey::of("192.0.2.2".parse().unwrap(), &limits);
+        let _s: Vec<_> = (0..2).map(|_| c.try_admit(silent).unwrap()).collect();
+        assert!(matches!(
+            c.try_admit(silent).unwrap_err(),
+            AdmitError::Handshakes(Over::PerClient { limit: 2, .. })
+        ));
+        // The refused handshake took no connection slot.
+        assert_eq!((c.total(), c.handshaking()), (2, 2));
+        let mut done: Vec<_> = (0..2).map(|_| c.try_admit(user).unwrap()).collect();
+        for p in &mut done {
+            p.handshake_done();
+            p.handshake_done();
+        }
+        assert_eq!((c.total(), c.handshaking()), (4, 2));
+        // Past their hello the user's connections no longer count as handshakes.
+        assert!(c.try_admit(user).is_ok());
     }
 
     #[test]
@@ -348,6 +455,24 @@ mod tests {
         let k24 = |s: &str| ClientKey::of(s.parse().unwrap(), &by_24);
         assert_eq!(k24("192.0.2.1"), k24("192.0.2.200"));
         assert_eq!(k24("192.0.2.1").to_string(), "192.0.2.0/24");
+    }
+
+    #[test]
+    fn caps_shrink_to_the_descriptors_the_server_holds() {
+        let limits = Limits::default();
+        assert_eq!(limits.descriptors_needed(), 100_000 + 3 * 4096 + 320);
+        assert!(limits.fit_to_descriptors(1 << 20).is_none());
+        let fitted = limits.fit_to_descriptors(4096).unwrap();
+        assert!(fitted.descriptors_needed() <= 4096, "{fitted:?}");
+        assert_eq!(
+            (fitted.sessions_total, fitted.connections_total),
+            (472, 2360)
+        );
+        assert!(fitted.connections_per_ip <= fitted.connections_total);
+        assert!(fitted.handshakes_total <= fitted.connections_total);
+        assert!(fitted.validate().is_ok(), "{:?}", fitted.validate());
+        // Even a tiny limit leaves limits a check can run under.
+        assert!(limits.fit_to_descriptors(100).unwrap().validate().is_ok());
     }
 
     #[test]

@@ -233,6 +233,12 @@ pub enum SessionError {
     },
     /// `limit` sessions are live on the server (nothing lingering left to evict).
     Full(u32),
+    /// The server is busy and this client already holds its fair share of the live sessions
+    /// ([`crate::fair`]).
+    FairShare {
+        client: ClientKey,
+        over: crate::fair::Over,
+    },
     /// `--once`: the server serves another client.
     Busy,
     Unknown(SessionId),
@@ -555,12 +561,20 @@ impl Inner {
         limits: &Limits,
         now: Instant,
     ) -> Result<(), SessionError> {
+        let held = self.clients.get(&client).map_or(0, |c| c.live.len() as u32);
+        let live = (self.sessions.len() - self.lingering.len()) as u32;
+        // Lingering sessions can always make room, so only live ones count as used.
+        match crate::fair::admits(limits.sessions_total, limits.sessions_per_ip, live, held, 1) {
+            Ok(()) => return Ok(()),
+            Err(over @ crate::fair::Over::FairShare { .. }) => {
+                return Err(SessionError::FairShare { client, over })
+            }
+            Err(crate::fair::Over::Total { limit, .. }) => return Err(SessionError::Full(limit)),
+            Err(crate::fair::Over::PerClient { .. }) => {}
+        }
         let Some(sessions) = self.clients.get(&client) else {
             return Ok(());
         };
-        if sessions.live.len() < limits.sessions_per_ip as usize {
-            return Ok(());
-        }
         let soonest_end = sessions
             .live
             .iter()

@@ -259,7 +259,7 @@ impl Service for SpeedService {
             let sending = parse_tag(tag).0 == Direction::Download;
             configure(
                 &stream,
-                spec.window,
+                stream_window(spec.window, sending, tcp_wmem_max()),
                 if sending {
                     spec.server_cc.as_deref()
                 } else {
@@ -466,8 +466,48 @@ async fn send(
     Ok(())
 }
 
+/// The window (SO_SNDBUF/SO_RCVBUF) a server stream gets: the client's, except that a stream
+/// the server sends on gets at most half of `net.ipv4.tcp_wmem`'s max, because the kernel
+/// doubles what is set: so no client window gives a stream more kernel send memory than
+/// autotuning could, and the server's total stays within docs/server.md's bound
+/// (streams × tcp_wmem max).
+pub fn stream_window(window: Option<u32>, sending: bool, wmem_max: u64) -> Option<u32> {
+    let cap = u32::try_from(wmem_max / 2).unwrap_or(u32::MAX).max(4096);
+    window.map(|w| if sending { w.min(cap) } else { w })
+}
+
+/// `net.ipv4.tcp_wmem`'s max here (4 MiB when unreadable, the kernel's usual value).
+fn tcp_wmem_max() -> u64 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(2)?.parse().ok())
+        .unwrap_or(4 << 20)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_client_window_never_buys_a_sending_stream_more_than_tcp_wmem() {
+        use super::stream_window;
+        let four_mib = 4 << 20;
+        // The kernel doubles SO_SNDBUF: 2 MiB set is the 4 MiB autotuning could reach.
+        assert_eq!(stream_window(Some(1 << 30), true, four_mib), Some(2 << 20));
+        assert_eq!(
+            stream_window(Some(64 << 10), true, four_mib),
+            Some(64 << 10)
+        );
+        // Receiving streams keep the client's window (it is receive memory, capped by rmem).
+        assert_eq!(stream_window(Some(1 << 30), false, four_mib), Some(1 << 30));
+        assert_eq!(stream_window(None, true, four_mib), None);
+        // The doubled value really stays within tcp_wmem's max on this kernel.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let wmem = super::tcp_wmem_max();
+        let w = stream_window(Some(1 << 30), true, wmem).unwrap();
+        super::configure(&s, Some(w), None).unwrap();
+        let sndbuf = socket2::SockRef::from(&s).send_buffer_size().unwrap() as u64;
+        assert!(sndbuf <= wmem.max(8192), "{sndbuf} > {wmem}");
+    }
     use super::*;
     use crate::spec::Mode;
 

@@ -13,6 +13,14 @@ use super::check::CheckContext;
 use crate::args::{duration, ms, secs};
 use crate::error::CliError;
 
+/// `--idle-max-probes`'s help, with the server's real default per-address connection limit.
+fn idle_max_probes_help() -> String {
+    format!(
+        "Most TCP probe connections to open (the server's per-address limit is {} by default)",
+        pathdoc_server::Limits::default().connections_per_ip
+    )
+}
+
 #[derive(Args, Debug, Clone)]
 #[command(next_help_heading = "Idle-timeout check (--idle)")]
 pub struct IdleArgs {
@@ -22,8 +30,7 @@ pub struct IdleArgs {
     /// Resolution of the measured timeout.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration(ms(200), secs(3600)))]
     pub idle_resolution: Duration,
-    /// Most TCP probe connections to open (the server's per-address limit is 1024 by default).
-    #[arg(long, value_name = "N", default_value_t = 240, value_parser = clap::value_parser!(u32).range(8..=1000))]
+    #[arg(long, value_name = "N", default_value_t = 240, help = idle_max_probes_help(), value_parser = clap::value_parser!(u32).range(8..=1000))]
     pub idle_max_probes: u32,
     /// How long a probe may take to arrive before it counts as lost (default: from the RTT).
     #[arg(long, value_name = "DURATION", value_parser = duration(ms(10), secs(60)))]

@@ -73,6 +73,16 @@ pub struct ServerArgs {
     /// Idle-check probes all sessions may hold in total.
     #[arg(long, default_value_t = Limits::default().probes_total, value_name = "N")]
     max_idle_probes: u32,
+    /// Connections one client may hold in their handshake (before a valid Hello and token).
+    #[arg(long, default_value_t = Limits::default().handshakes_per_ip, value_name = "N")]
+    max_handshakes_per_ip: u32,
+    /// Connections in their handshake the server holds in total: their own small pool, so
+    /// silent or unauthenticated connections cannot take the slots of authenticated clients.
+    #[arg(long, default_value_t = Limits::default().handshakes_total, value_name = "N")]
+    max_handshakes: u32,
+    /// How long a new connection may take to send its preamble and Hello.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    handshake_timeout: Duration,
     /// How often to log the server's counters (connections, sessions, refusals, budgets,
     /// descriptors); 0s: never.
     #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
@@ -138,6 +148,9 @@ impl ServerArgs {
             bulk_total: self.max_bulk,
             probes_per_ip: self.max_idle_probes_per_ip,
             probes_total: self.max_idle_probes,
+            handshakes_per_ip: self.max_handshakes_per_ip,
+            handshakes_total: self.max_handshakes,
+            handshake_timeout: self.handshake_timeout,
             ..Limits::default()
         }
     }
@@ -192,6 +205,7 @@ fn start(args: ServerArgs, global: Global) -> anyhow::Result<i32> {
         .validate()
         .map_err(|e| anyhow::anyhow!("invalid limits: {e}"))?;
     let listen = resolve_listen(args.listen.as_deref(), args.port)?;
+    let limits = fit_limits_to_descriptors(limits, raise_fd_limit());
     let config = ServerConfig {
         listen,
         auth_token,
@@ -208,8 +222,6 @@ fn start(args: ServerArgs, global: Global) -> anyhow::Result<i32> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let fds = raise_fd_limit();
-        let connections = config.limits.connections_total;
         let mut server = Server::new(config);
         for service in services() {
             server = server.with_service(service);
@@ -218,12 +230,6 @@ fn start(args: ServerArgs, global: Global) -> anyhow::Result<i32> {
             server = server.with_service(Arc::new(pathdoc_ssh::EvidenceService::new()));
         }
         let bound = server.bind().await?;
-        if fds < u64::from(connections) {
-            tracing::warn!(
-                open_file_limit = fds,
-                "the open-file limit caps the server at about {fds} connections (raise it with `ulimit -n` or LimitNOFILE=)"
-            );
-        }
         if args.ready_line {
             super::server_ssh::announce(bound.local_addr());
         }
@@ -319,10 +325,46 @@ async fn shutdown_signal() {
     }
 }
 
+/// Caps the server cannot honour with the descriptors it holds are shrunk to fit, and the log
+/// says so (a server that kept them would fail checks with "Too many open files").
+fn fit_limits_to_descriptors(limits: Limits, fds: Option<(u64, u64)>) -> Limits {
+    let Some((before, fds)) = fds else {
+        tracing::warn!("cannot read the open-file limit; caps are not checked against it");
+        return limits;
+    };
+    let Some(fitted) = limits.fit_to_descriptors(fds) else {
+        tracing::info!(
+            open_file_limit = fds,
+            raised_from = before,
+            needed = limits.descriptors_needed(),
+            "the open-file limit {fds} holds every cap"
+        );
+        return limits;
+    };
+    tracing::warn!(
+        open_file_limit = fds,
+        raised_from = before,
+        needed = limits.descriptors_needed(),
+        max_connections = fitted.connections_total,
+        max_connections_per_ip = fitted.connections_per_ip,
+        max_sessions = fitted.sessions_total,
+        max_sessions_per_ip = fitted.sessions_per_ip,
+        max_handshakes = fitted.handshakes_total,
+        "the open-file limit is {fds} (soft limit raised from {before} to the hard one), below the {} descriptors the caps need: \
+         serving with --max-connections {} (asked {}) and --max-sessions {} (asked {}); raise the hard limit (`ulimit -Hn`, LimitNOFILE=) to serve more",
+        limits.descriptors_needed(),
+        fitted.connections_total,
+        limits.connections_total,
+        fitted.sessions_total,
+        limits.sessions_total,
+    );
+    fitted
+}
+
 /// A server holds one descriptor per probe connection: lift the soft limit to the hard one,
 /// and as root (which may raise the hard limit) to 1 Mi descriptors.
-/// Returns the soft limit in force afterwards.
-fn raise_fd_limit() -> u64 {
+/// Returns the soft limit before and the one in force afterwards.
+fn raise_fd_limit() -> Option<(u64, u64)> {
     const WANTED: libc::rlim_t = 1 << 20;
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -331,8 +373,9 @@ fn raise_fd_limit() -> u64 {
     // SAFETY: getrlimit/setrlimit only read/write the struct we pass.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return 0;
+            return None;
         }
+        let before = lim.rlim_cur;
         let raised = libc::rlimit {
             rlim_cur: WANTED.max(lim.rlim_max),
             rlim_max: WANTED.max(lim.rlim_max),
@@ -342,8 +385,8 @@ fn raise_fd_limit() -> u64 {
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
         libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+        Some((before, lim.rlim_cur))
     }
-    lim.rlim_cur
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ mod flags_extreme;
 mod idle_mtu_cancel;
 mod mtu_loopback;
 mod server_cli;
+mod server_fairness;
 mod server_load;
 mod speed_loopback;
 mod speed_text;

@@ -483,3 +483,89 @@ fn a_hostile_client_version_cannot_forge_log_lines_or_flood_the_log() {
         log.len()
     );
 }
+
+/// A server started under a small open-file limit raises its soft limit to the hard one and
+/// shrinks the caps it could not honour (saying so), so its clients meet "the server is busy"
+/// refusals instead of "Too many open files".
+#[test]
+fn caps_shrink_to_the_open_file_limit_the_server_holds() {
+    use std::os::unix::process::CommandExt;
+    let port = free_loopback_port();
+    let log = std::env::temp_dir().join(format!("pathdoc-fd-limit-{}.log", std::process::id()));
+    let mut cmd = Command::new(PATHDOC);
+    cmd.args(["server", "--log-format", "json", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    // SAFETY: setrlimit is async-signal-safe; it only reads the struct we pass.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 600,
+                rlim_max: 1200,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(Instant::now() < deadline, "server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (code, out, err) = run(quick_check(&addr.to_string()), Duration::from_secs(60));
+    let report = parse_report(code, &out, &err);
+    // SAFETY: kill has no memory-safety preconditions; the pid is our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    assert!(check_failures(&report).is_empty(), "{report}\n{text}");
+    let lines: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let fitted = lines.iter().find(|l| l["open_file_limit"].is_u64());
+    match fitted {
+        // The hard limit held: the soft one was raised to it and the caps shrunk to fit.
+        Some(line) if line["open_file_limit"] == 1200 => {
+            assert_eq!(line["raised_from"], 600, "{line}");
+            assert_eq!(line["level"], "WARN", "{line}");
+            let connections = line["max_connections"].as_u64().unwrap();
+            let sessions = line["max_sessions"].as_u64().unwrap();
+            assert!(connections + 3 * sessions + 320 <= 1200, "{line}");
+            assert!(
+                line["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("--max-connections"),
+                "{line}"
+            );
+        }
+        // Allowed to raise the hard limit too (CAP_SYS_RESOURCE): nothing to shrink.
+        Some(line) => assert!(
+            line["open_file_limit"].as_u64().unwrap() >= 112_608,
+            "{line}"
+        ),
+        None => panic!("no open-file limit line in the log:\n{text}"),
+    }
+}
+
+/// `check --help` quotes the server's real default per-address connection limit.
+#[test]
+fn check_help_quotes_the_servers_default_connection_limit() {
+    let mut cmd = Command::new(PATHDOC);
+    cmd.args(["check", "--help"]);
+    let (code, out, _) = run(cmd, Duration::from_secs(10));
+    assert_eq!(code, 0);
+    let limit = pathdoc_server::Limits::default().connections_per_ip;
+    assert!(
+        out.contains(&format!("per-address limit is {limit} by default")),
+        "{out}"
+    );
+}

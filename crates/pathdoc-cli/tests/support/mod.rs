@@ -309,6 +309,12 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// The `pathdoc` binary [`LoopbackServer`] runs the server from: this build, or the one named
+/// by `PATHDOC_SERVER_UNDER_TEST` (to measure an older build under the same load).
+pub fn server_binary() -> String {
+    std::env::var("PATHDOC_SERVER_UNDER_TEST").unwrap_or_else(|_| PATHDOC.to_string())
+}
+
 /// A `pathdoc server` child whose stderr goes to a file; SIGTERM and reaped on drop.
 pub struct LoopbackServer {
     child: Option<std::process::Child>,
@@ -325,7 +331,7 @@ impl LoopbackServer {
             std::process::id(),
             addr.port()
         ));
-        let child = Command::new(PATHDOC)
+        let child = Command::new(server_binary())
             .arg("server")
             .args(args)
             .env_remove("NO_COLOR")
