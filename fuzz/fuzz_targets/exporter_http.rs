@@ -4,7 +4,7 @@
 //! /metrics, /, /-/healthy). The config allows one idle target (answered from its monitor's
 //! state, no probe runs) and an mtu module no target may use, so nothing leaves the process.
 //! Every answer must be a status the docs list, never a panic or a 500. Seeds and a dictionary:
-//! `fuzz/exporter-seeds/`.
+//! `fuzz/exporter-seeds/` (`requests/`, `dict`).
 #![no_main]
 
 use std::sync::{Arc, OnceLock};
