@@ -90,10 +90,7 @@ impl fmt::Display for Quantity {
             Quantity::Rate(r) => f.write_str(&units::format_rate(*r)),
             Quantity::Bytes(b) => f.write_str(&units::format_bytes(*b)),
             Quantity::ByteRate(r) => f.write_str(&units::format_byte_rate(*r)),
-            Quantity::Seconds(s) if s.is_finite() && *s >= 0.0 => {
-                f.write_str(&units::format_duration(Duration::from_secs_f64(*s)))
-            }
-            Quantity::Seconds(s) => write!(f, "{s} s"),
+            Quantity::Seconds(s) => f.write_str(&units::format_seconds(*s)),
             Quantity::Percent(p) => write!(f, "{p:.2} %"),
             Quantity::Count(n) => write!(f, "{n}"),
             Quantity::Text(t) => f.write_str(t),
@@ -438,6 +435,23 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seconds_beyond_a_duration_display_as_numbers_not_panics() {
+        // 1e20 s panicked in Duration::from_secs_f64 (`pathdoc report` exited 101; found again
+        // by the report_reader fuzz target).
+        assert_eq!(
+            Quantity::Seconds(1e20).to_string(),
+            "100000000000000000000 s"
+        );
+        assert_eq!(
+            Quantity::Seconds(f64::MAX).to_string(),
+            format!("{} s", f64::MAX)
+        );
+        assert_eq!(Quantity::Seconds(-1.0).to_string(), "-1 s");
+        assert_eq!(Quantity::Seconds(f64::NAN).to_string(), "NaN s");
+        assert_eq!(Quantity::Seconds(7440.0).to_string(), "2 h 4 min");
+    }
 
     #[test]
     fn overall_is_worst_and_fail_beats_inconclusive() {

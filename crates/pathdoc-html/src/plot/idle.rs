@@ -93,13 +93,7 @@ pub fn figure(data: &Section<Idle>) -> Option<Figure> {
 }
 
 fn caption(idle: &Idle) -> String {
-    let fmt = |s: f64| {
-        if s.is_finite() && s >= 0.0 {
-            pathdoc_core::units::format_duration(std::time::Duration::from_secs_f64(s))
-        } else {
-            format!("{s} s")
-        }
-    };
+    let fmt = pathdoc_core::units::format_seconds;
     let mut parts =
         vec!["Idle time is what the server measured on each probe connection.".to_string()];
     if let Some(h) = idle.horizon_s() {

@@ -142,7 +142,7 @@ fn direction_figure(id: String, title: String, d: &SpeedDirection) -> Figure {
             .unwrap_or_else(|| "unknown".into()),
         d.duration_s
             .filter(|s| s.is_finite() && *s >= 0.0)
-            .map(|s| pathdoc_core::units::format_duration(std::time::Duration::from_secs_f64(s)))
+            .map(pathdoc_core::units::format_seconds)
             .unwrap_or_else(|| "an unknown time".into()),
         total,
         if per_stream || d.streams.unwrap_or(1) <= 1 {
