@@ -437,6 +437,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn seconds_beyond_a_duration_display_as_numbers_not_panics() {
+        // 1e20 s panicked in Duration::from_secs_f64 (`pathdoc report` exited 101; found again
+        // by the report_reader fuzz target).
+        assert_eq!(
+            Quantity::Seconds(1e20).to_string(),
+            "100000000000000000000 s"
+        );
+        assert_eq!(
+            Quantity::Seconds(f64::MAX).to_string(),
+            format!("{} s", f64::MAX)
+        );
+        assert_eq!(Quantity::Seconds(-1.0).to_string(), "-1 s");
+        assert_eq!(Quantity::Seconds(f64::NAN).to_string(), "NaN s");
+        assert_eq!(Quantity::Seconds(7440.0).to_string(), "2 h 4 min");
+    }
+
+    #[test]
     fn overall_is_worst_and_fail_beats_inconclusive() {
         let mut r = Report::new("check", "lab");
         assert_eq!(r.exit_code(), 0);

@@ -52,6 +52,16 @@ pub fn format_byte_rate(bytes_per_second: f64) -> String {
     format!("{} {unit}", three_significant(value))
 }
 
+/// [`format_duration`] of a number of seconds read from a report: one too large for a
+/// `Duration` (1e20 s), negative or not a number is shown as the bare number instead of
+/// panicking.
+pub fn format_seconds(seconds: f64) -> String {
+    match Duration::try_from_secs_f64(seconds) {
+        Ok(d) => format_duration(d),
+        Err(_) => format!("{seconds} s"),
+    }
+}
+
 /// Format a duration for humans, choosing the unit by magnitude: `350 µs`, `41.2 ms`, `3.0 s`,
 /// `61 min 10 s`, `2 h 4 min`.
 pub fn format_duration(d: Duration) -> String {
@@ -76,16 +86,6 @@ pub fn format_duration(d: Duration) -> String {
             (m, 0) => format!("{h} h {m} min"),
             (m, s) => format!("{h} h {m} min {s} s"),
         }
-    }
-}
-
-/// [`format_duration`] of a number of seconds read from a report or a peer: any `f64`, so one
-/// that no `Duration` can hold (negative, NaN, 1e20) is shown as the number it is instead of
-/// panicking.
-pub fn format_seconds(secs: f64) -> String {
-    match Duration::try_from_secs_f64(secs) {
-        Ok(d) => format_duration(d),
-        Err(_) => format!("{secs} s"),
     }
 }
 

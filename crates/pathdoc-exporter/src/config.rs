@@ -38,14 +38,18 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:9724";
 pub const MAX_IDLE_TARGETS: usize = 64;
 pub const MAX_TARGETS: usize = 1024;
 pub const MAX_CONCURRENT_PROBES: usize = 16;
+/// Probes of one (target, module) that may wait or run at once; more are refused at once (429)
+/// instead of holding a connection and a descriptor each until their deadline.
+pub const MAX_QUEUED_PROBES_PER_TARGET: usize = 64;
+/// HTTP connections the exporter keeps open at most (each is a descriptor).
+pub const MAX_CONNECTIONS: usize = 4096;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("reading {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    /// The OS error is part of the message, not a `source`: printing the error with its chain
+    /// must not say it twice.
+    #[error("reading {path}: {error}")]
+    Read { path: String, error: std::io::Error },
     #[error("{path}: {message}")]
     Invalid { path: String, message: String },
 }
@@ -63,6 +67,12 @@ struct RawConfig {
     probe_timeout: Option<String>,
     #[serde(default)]
     max_idle_targets: Option<usize>,
+    #[serde(default)]
+    max_queued_probes_per_target: Option<usize>,
+    #[serde(default)]
+    max_connections: Option<usize>,
+    #[serde(default)]
+    http_idle_timeout: Option<String>,
     #[serde(default)]
     modules: BTreeMap<String, RawModule>,
     #[serde(default)]
@@ -154,15 +164,22 @@ pub struct Config {
     pub auth_tokens: Vec<String>,
     pub max_concurrent_probes: usize,
     pub probe_timeout: Duration,
+    /// Probes of one (target, module) waiting or running at once; beyond it: 429.
+    pub max_queued_probes_per_target: usize,
+    /// Open HTTP connections; at the cap the oldest idle one is closed for a new one.
+    pub max_connections: usize,
+    /// A connection that has not sent a complete request head within this time (after it opened
+    /// or after its previous answer) is closed.
+    pub http_idle_timeout: Duration,
     pub modules: BTreeMap<String, Check>,
     pub targets: Vec<Target>,
 }
 
 impl Config {
     pub fn load(path: &str) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_string(),
-            source,
+            error,
         })?;
         Config::parse(&text).map_err(|message| ConfigError::Invalid {
             path: path.to_string(),
@@ -189,6 +206,21 @@ impl Config {
             ));
         }
         let probe_timeout = duration("probe_timeout", raw.probe_timeout.as_deref(), 60)?;
+        let max_queued_probes_per_target = raw.max_queued_probes_per_target.unwrap_or(4);
+        if !(1..=MAX_QUEUED_PROBES_PER_TARGET).contains(&max_queued_probes_per_target) {
+            return Err(format!(
+                "max_queued_probes_per_target: must be 1..={MAX_QUEUED_PROBES_PER_TARGET}"
+            ));
+        }
+        let max_connections = raw.max_connections.unwrap_or(256);
+        if !(8..=MAX_CONNECTIONS).contains(&max_connections) {
+            return Err(format!("max_connections: must be 8..={MAX_CONNECTIONS}"));
+        }
+        let http_idle_timeout =
+            duration("http_idle_timeout", raw.http_idle_timeout.as_deref(), 15)?;
+        if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&http_idle_timeout) {
+            return Err("http_idle_timeout: must be 1 s to 1 h".into());
+        }
         let mut modules = BTreeMap::new();
         for (name, m) in raw.modules {
             modules.insert(name.clone(), module(&name, m)?);
@@ -235,9 +267,53 @@ impl Config {
             auth_tokens: raw.auth_tokens,
             max_concurrent_probes,
             probe_timeout,
+            max_queued_probes_per_target,
+            max_connections,
+            http_idle_timeout,
             modules,
             targets,
         })
+    }
+
+    /// Descriptors the probes and idle monitors may need besides HTTP connections: each idle
+    /// monitor up to its `max_probes` connections, each running probe its control and data
+    /// connections, plus the listener, logs and runtime.
+    pub fn descriptors_for_checks(&self) -> u64 {
+        let idle: usize = self
+            .targets
+            .iter()
+            .flat_map(|t| t.modules.iter().filter_map(|m| self.modules.get(m)))
+            .map(|c| match c {
+                Check::Idle { max_probes, .. } => max_probes + 8,
+                _ => 0,
+            })
+            .sum();
+        let per_probe = self
+            .modules
+            .values()
+            .map(|c| match c {
+                Check::Throughput { streams, .. } => 2 * *streams as usize + 8,
+                _ => 16,
+            })
+            .max()
+            .unwrap_or(16);
+        (64 + idle + self.max_concurrent_probes * per_probe) as u64
+    }
+
+    /// Shrink `max_connections` to what a soft descriptor limit of `fds` leaves after the checks'
+    /// share; the warning to print when it had to.
+    pub fn fit_to_descriptors(&mut self, fds: u64) -> Option<String> {
+        let room = fds.saturating_sub(self.descriptors_for_checks());
+        if room >= self.max_connections as u64 {
+            return None;
+        }
+        let was = self.max_connections;
+        self.max_connections = (room as usize).max(8);
+        Some(format!(
+            "the open-files limit is {fds} and the checks may need {}: max_connections lowered from {was} to {} (raise LimitNOFILE / ulimit -n)",
+            self.descriptors_for_checks(),
+            self.max_connections
+        ))
     }
 
     /// The target entry that allows `module` on `address`, if any.
@@ -461,10 +537,34 @@ mod tests {
                 "bad port",
             ),
             ("max_concurrent_probes = 0", "max_concurrent_probes"),
+            (
+                "max_queued_probes_per_target = 0",
+                "max_queued_probes_per_target",
+            ),
+            ("max_connections = 100000", "max_connections"),
+            ("http_idle_timeout = \"0s\"", "http_idle_timeout"),
         ] {
             let e = Config::parse(text).unwrap_err();
             assert!(e.contains(says), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_low_descriptor_limit_shrinks_the_connection_cap() {
+        let mut c = Config::parse(GOOD).unwrap();
+        let checks = c.descriptors_for_checks();
+        // One idle target with 240 probes, two probes of at most 16 descriptors, 64 spare.
+        assert_eq!(checks, 64 + 248 + 2 * 16);
+        assert_eq!(c.fit_to_descriptors(100_000), None);
+        assert_eq!(c.max_connections, 256);
+        let warning = c.fit_to_descriptors(checks + 100).unwrap();
+        assert_eq!(c.max_connections, 100);
+        assert!(
+            warning.contains("max_connections lowered from 256 to 100"),
+            "{warning}"
+        );
+        c.fit_to_descriptors(10);
+        assert_eq!(c.max_connections, 8, "never below the minimum");
     }
 
     #[test]

@@ -2,12 +2,15 @@
 //! `/-/healthy`, and `/` (what is configured). Everything but the health check requires a
 //! bearer token when the config lists any.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::{Query, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -21,9 +24,41 @@ use crate::probe;
 
 /// Time kept back from Prometheus's scrape timeout to encode and send the answer.
 const SCRAPE_MARGIN: Duration = Duration::from_millis(500);
+/// Largest scrape timeout header accepted: a day (Prometheus's timeouts are seconds to minutes).
+pub const MAX_SCRAPE_TIMEOUT_S: f64 = 86_400.0;
+/// Longest `target` (a 253-byte DNS name, `:`, a port) and `module` parameter accepted.
+pub const MAX_TARGET_LEN: usize = 300;
+pub const MAX_MODULE_LEN: usize = 64;
+pub const SCRAPE_TIMEOUT_HEADER: &str = "X-Prometheus-Scrape-Timeout-Seconds";
 
-/// Held while a probe of one (target, module) runs.
-type TargetLock = Arc<Mutex<()>>;
+/// The probes of one (target, module): how many wait or run, and the lock one probe holds.
+#[derive(Default)]
+struct TargetQueue {
+    queued: AtomicUsize,
+    /// One probe per (target, module) at a time: two throughput tests at once would halve each.
+    running: Mutex<()>,
+}
+
+/// A place in a [`TargetQueue`], given back when the probe ends or its request is dropped.
+struct QueueSlot<'a>(&'a AtomicUsize);
+
+impl<'a> QueueSlot<'a> {
+    fn take(queue: &'a TargetQueue, max: usize) -> Option<Self> {
+        queue
+            .queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| QueueSlot(&queue.queued))
+    }
+}
+
+impl Drop for QueueSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 pub struct AppState {
     pub config: Arc<Config>,
@@ -32,8 +67,8 @@ pub struct AppState {
     /// Fired on shutdown: running probes give up rather than hold the exit for minutes.
     pub shutdown: CancellationToken,
     probes: Semaphore,
-    /// One probe per (target, module) at a time: two throughput tests at once would halve each.
-    busy: Mutex<HashMap<(String, String), TargetLock>>,
+    /// One queue per (target, module) the config allows, made up front: requests never add keys.
+    queues: HashMap<(String, String), TargetQueue>,
 }
 
 impl AppState {
@@ -43,24 +78,45 @@ impl AppState {
         monitors: Monitors,
         shutdown: CancellationToken,
     ) -> Self {
+        let queues = config
+            .targets
+            .iter()
+            .flat_map(|t| t.modules.iter().map(|m| (t.address.clone(), m.clone())))
+            .map(|key| (key, TargetQueue::default()))
+            .collect();
         AppState {
             shutdown,
             probes: Semaphore::new(config.max_concurrent_probes),
             config,
             metrics,
             monitors,
-            busy: Mutex::new(HashMap::new()),
+            queues,
         }
     }
 }
 
+/// Every route but the health check sits behind the bearer-token middleware.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/probe", get(probe_handler))
         .route("/metrics", get(metrics_handler))
-        .route("/-/healthy", get(|| async { "ok\n" }))
         .route("/", get(index_handler))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .route("/-/healthy", get(|| async { "ok\n" }))
         .with_state(state)
+}
+
+async fn require_token(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    if authorized(&state.config, req.headers()) {
+        next.run(req).await
+    } else {
+        refuse(
+            &state,
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token".into(),
+        )
+    }
 }
 
 fn refuse(state: &AppState, status: StatusCode, reason: &str, message: String) -> Response {
@@ -97,42 +153,68 @@ fn authorized(config: &Config, headers: &HeaderMap) -> bool {
     })
 }
 
-/// Prometheus sends its scrape timeout; the probe must answer before it.
-fn budget(config: &Config, headers: &HeaderMap) -> Duration {
-    let scrape = headers
-        .get("X-Prometheus-Scrape-Timeout-Seconds")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map(|s| Duration::from_secs_f64(s).saturating_sub(SCRAPE_MARGIN));
-    match scrape {
-        Some(s) => s.min(config.probe_timeout).max(Duration::from_millis(100)),
-        None => config.probe_timeout,
-    }
+/// Prometheus sends its scrape timeout; the probe must answer before it. A header that is not a
+/// number of seconds in (0, [`MAX_SCRAPE_TIMEOUT_S`]] is an error, not a silent default.
+fn budget(config: &Config, headers: &HeaderMap) -> Result<Duration, String> {
+    let Some(raw) = headers.get(SCRAPE_TIMEOUT_HEADER) else {
+        return Ok(config.probe_timeout);
+    };
+    let seconds = raw
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| *s > 0.0 && *s <= MAX_SCRAPE_TIMEOUT_S)
+        .ok_or_else(|| {
+            format!(
+                "{SCRAPE_TIMEOUT_HEADER}: {:?} is not a number of seconds above 0 and at most {MAX_SCRAPE_TIMEOUT_S}",
+                String::from_utf8_lossy(raw.as_bytes())
+            )
+        })?;
+    let scrape = Duration::from_secs_f64(seconds).saturating_sub(SCRAPE_MARGIN);
+    Ok(scrape
+        .min(config.probe_timeout)
+        .max(Duration::from_millis(100)))
+}
+
+/// `target` and `module`, each given once and within its length bound.
+fn probe_params(
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<(String, String), String> {
+    const USAGE: &str = "usage: /probe?target=HOST[:PORT]&module=NAME";
+    let Query(pairs) = query.map_err(|e| format!("{USAGE} ({})", e.body_text()))?;
+    let one = |name: &str, max: usize| -> Result<String, String> {
+        let mut values = pairs.iter().filter(|(k, _)| k == name);
+        let value = values
+            .next()
+            .ok_or_else(|| format!("{USAGE} ({name} is missing)"))?;
+        if values.next().is_some() {
+            return Err(format!("{USAGE} ({name} is given more than once)"));
+        }
+        if value.1.len() > max {
+            return Err(format!("{name}: longer than {max} bytes"));
+        }
+        Ok(value.1.clone())
+    };
+    Ok((
+        one("target", MAX_TARGET_LEN)?,
+        one("module", MAX_MODULE_LEN)?,
+    ))
 }
 
 async fn probe_handler(
     State(state): State<Arc<AppState>>,
-    Query(params): Query<BTreeMap<String, String>>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
     headers: HeaderMap,
 ) -> Response {
-    if !authorized(&state.config, &headers) {
-        return refuse(
-            &state,
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong bearer token".into(),
-        );
-    }
-    let (Some(target), Some(module)) = (params.get("target"), params.get("module")) else {
-        return refuse(
-            &state,
-            StatusCode::BAD_REQUEST,
-            "bad-request",
-            "usage: /probe?target=HOST[:PORT]&module=NAME".into(),
-        );
+    let (target, module) = match probe_params(query) {
+        Ok(p) => p,
+        Err(message) => return refuse(&state, StatusCode::BAD_REQUEST, "bad-request", message),
     };
-    let Some(check) = state.config.modules.get(module) else {
+    let budget = match budget(&state.config, &headers) {
+        Ok(b) => b,
+        Err(message) => return refuse(&state, StatusCode::BAD_REQUEST, "bad-request", message),
+    };
+    let Some(check) = state.config.modules.get(&module) else {
         let known: Vec<&str> = state.config.modules.keys().map(String::as_str).collect();
         return refuse(
             &state,
@@ -141,7 +223,7 @@ async fn probe_handler(
             format!("unknown module {module:?}; this exporter has {known:?}"),
         );
     };
-    let Some(allowed) = state.config.allowed(target, module) else {
+    let Some(allowed) = state.config.allowed(&target, &module) else {
         return refuse(
             &state,
             StatusCode::FORBIDDEN,
@@ -151,31 +233,50 @@ async fn probe_handler(
             ),
         );
     };
-    let allowed = allowed.clone();
     if let Check::Idle { .. } = check {
         let snapshot = state
             .monitors
-            .get(&allowed.address, module)
+            .get(&allowed.address, &module)
             .unwrap_or_default();
         return openmetrics(crate::idle::samples(&snapshot).encode());
     }
-
-    let budget = budget(&state.config, &headers);
+    let allowed = allowed.clone();
     let started = Instant::now();
-    let key = (allowed.address.clone(), module.clone());
-    let lock = state.busy.lock().await.entry(key).or_default().clone();
-    let waited = async {
-        let permit = state.probes.acquire().await;
-        let same_target = lock.lock().await;
-        (permit, same_target)
+    // Every allowed (target, module) got its queue in AppState::new; none missing means busy.
+    let Some(queue) = state.queues.get(&(allowed.address.clone(), module.clone())) else {
+        return refuse(
+            &state,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            format!("no probe queue for {} {module}", allowed.address),
+        );
     };
-    let Ok((Ok(_permit), _same_target)) = tokio::time::timeout(budget, waited).await else {
+    let max_queued = state.config.max_queued_probes_per_target;
+    let Some(_slot) = QueueSlot::take(queue, max_queued) else {
+        return refuse(
+            &state,
+            StatusCode::TOO_MANY_REQUESTS,
+            "queue-full",
+            format!(
+                "{max_queued} probes of {} with module {module} are already waiting or running (max_queued_probes_per_target = {max_queued}); scrape it less often or raise scrape_timeout",
+                allowed.address
+            ),
+        );
+    };
+    // The target's own lock first, the global permit second: a probe waiting behind a slow probe
+    // of its own target holds no global permit, so other targets' probes still get one.
+    let waited = async {
+        let same_target = queue.running.lock().await;
+        let permit = state.probes.acquire().await;
+        (same_target, permit)
+    };
+    let Ok((_same_target, Ok(_permit))) = tokio::time::timeout(budget, waited).await else {
         return refuse(
             &state,
             StatusCode::SERVICE_UNAVAILABLE,
             "busy",
             format!(
-                "no probe slot free within {budget:?} (max_concurrent_probes = {})",
+                "no probe slot free within {budget:?} (one probe per target and module at a time, max_concurrent_probes = {})",
                 state.config.max_concurrent_probes
             ),
         );
@@ -219,27 +320,11 @@ fn openmetrics(body: String) -> Response {
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response()
 }
 
-async fn metrics_handler(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if !authorized(&state.config, &headers) {
-        return refuse(
-            &state,
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong bearer token".into(),
-        );
-    }
+async fn metrics_handler(State(state): State<Arc<AppState>>) -> Response {
     openmetrics(state.metrics.encode())
 }
 
-async fn index_handler(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if !authorized(&state.config, &headers) {
-        return refuse(
-            &state,
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong bearer token".into(),
-        );
-    }
+async fn index_handler(State(state): State<Arc<AppState>>) -> Response {
     let mut text = format!(
         "pathdoc exporter {}\n\nGET /probe?target=HOST[:PORT]&module=NAME   run a check (idle: latest background result)\nGET /metrics                                the exporter's own metrics\n\nmodules:\n",
         env!("CARGO_PKG_VERSION")
@@ -268,13 +353,32 @@ mod tests {
         assert!(authorized(&config, &h));
         h.insert(header::AUTHORIZATION, "Bearer 0123456780".parse().unwrap());
         assert!(!authorized(&config, &h));
-        assert_eq!(budget(&config, &h), Duration::from_secs(30));
-        h.insert("X-Prometheus-Scrape-Timeout-Seconds", "10".parse().unwrap());
-        assert_eq!(budget(&config, &h), Duration::from_millis(9500));
+        assert_eq!(budget(&config, &h), Ok(Duration::from_secs(30)));
+        h.insert(SCRAPE_TIMEOUT_HEADER, "10".parse().unwrap());
+        assert_eq!(budget(&config, &h), Ok(Duration::from_millis(9500)));
+        h.insert(SCRAPE_TIMEOUT_HEADER, "100".parse().unwrap());
+        assert_eq!(budget(&config, &h), Ok(Duration::from_secs(30)));
+        h.insert(SCRAPE_TIMEOUT_HEADER, "86400".parse().unwrap());
+        assert_eq!(budget(&config, &h), Ok(Duration::from_secs(30)));
+    }
+
+    #[test]
+    fn scrape_timeouts_out_of_bounds_are_errors_not_panics() {
+        let config = Config::parse("").unwrap();
+        // 1e300 panicked in Duration::from_secs_f64 before the bound.
+        for bad in [
+            "1e300", "86401", "inf", "NaN", "-1", "0", "-0", "ten", "", "1e-400",
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(SCRAPE_TIMEOUT_HEADER, bad.parse().unwrap());
+            let e = budget(&config, &h).unwrap_err();
+            assert!(e.contains(SCRAPE_TIMEOUT_HEADER), "{bad}: {e}");
+        }
+        let mut h = HeaderMap::new();
         h.insert(
-            "X-Prometheus-Scrape-Timeout-Seconds",
-            "100".parse().unwrap(),
+            SCRAPE_TIMEOUT_HEADER,
+            header::HeaderValue::from_bytes(b"\xff10").unwrap(),
         );
-        assert_eq!(budget(&config, &h), Duration::from_secs(30));
+        assert!(budget(&config, &h).is_err());
     }
 }

@@ -267,12 +267,33 @@ struct Plan {
     horizon_s: Option<f64>,
 }
 
+/// Whether the latest finished run succeeded; `None` while no run has finished.
+fn last_run_succeeded(state: &MonitorState) -> Option<bool> {
+    match (&state.latest, &state.last_error) {
+        (None, None) => None,
+        (Some(_), None) => Some(true),
+        (None, Some(_)) => Some(false),
+        (Some(ok), Some((failed_at, _))) => Some(ok.at > *failed_at),
+    }
+}
+
 /// The samples of `module=idle` for one monitor.
 pub fn samples(state: &MonitorState) -> Samples {
     let mut s = Samples::default();
+    // Until the first run ends (up to the whole horizon, 2 h 10 min by default) there is no
+    // verdict either way: probe_success stays absent so `probe_success == 0` does not fire, and
+    // pathdoc_idle_result_available says "measuring, no result yet".
+    if let Some(ok) = last_run_succeeded(state) {
+        s.set(
+            "probe_success",
+            "Whether the latest finished idle run produced a result (absent until the first run ends)",
+            &[],
+            if ok { 1.0 } else { 0.0 },
+        );
+    }
     s.set(
-        "probe_success",
-        "Whether a finished idle result is available",
+        "pathdoc_idle_result_available",
+        "1 once an idle result exists; 0 while the first run is still measuring (or every run failed)",
         &[],
         if state.latest.is_some() { 1.0 } else { 0.0 },
     );
@@ -423,8 +444,47 @@ mod tests {
             s.get("pathdoc_idle_timeout_below_rfc", &[("protocol", "udp")]),
             Some(0.0)
         );
+        assert_eq!(s.get("pathdoc_idle_result_available", &[]), Some(1.0));
         let none = samples(&MonitorState::default());
-        assert_eq!(none.get("probe_success", &[]), Some(0.0));
         assert_eq!(none.get("pathdoc_idle_result_timestamp_seconds", &[]), None);
+    }
+
+    #[test]
+    fn a_first_run_still_measuring_is_not_a_failed_probe() {
+        let measuring = MonitorState {
+            running_since: Some(SystemTime::now()),
+            ..MonitorState::default()
+        };
+        let s = samples(&measuring);
+        assert_eq!(s.get("probe_success", &[]), None, "no verdict yet");
+        assert_eq!(s.get("pathdoc_idle_result_available", &[]), Some(0.0));
+        assert_eq!(s.get("pathdoc_idle_run_in_progress", &[]), Some(1.0));
+
+        let t = |s| UNIX_EPOCH + Duration::from_secs(s);
+        let failed = MonitorState {
+            runs: 1,
+            failures: 1,
+            last_error: Some((t(100), "connection refused".into())),
+            ..MonitorState::default()
+        };
+        assert_eq!(samples(&failed).get("probe_success", &[]), Some(0.0));
+        let finished = |at| Finished {
+            at,
+            took: Duration::from_secs(1),
+            findings: vec![],
+            data: serde_json::Value::Null,
+        };
+        let recovered = MonitorState {
+            latest: Some(finished(t(200))),
+            ..failed.clone()
+        };
+        assert_eq!(samples(&recovered).get("probe_success", &[]), Some(1.0));
+        let failing_again = MonitorState {
+            latest: Some(finished(t(50))),
+            ..failed
+        };
+        let s = samples(&failing_again);
+        assert_eq!(s.get("probe_success", &[]), Some(0.0));
+        assert_eq!(s.get("pathdoc_idle_result_available", &[]), Some(1.0));
     }
 }

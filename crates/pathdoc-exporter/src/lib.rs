@@ -8,6 +8,7 @@
 //! tokens, concurrency and time limits come from the config too. See docs/exporter.md.
 
 pub mod config;
+pub mod connections;
 pub mod http;
 pub mod idle;
 pub mod metrics;
@@ -31,6 +32,10 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), ExporterError> {
+    let limits = connections::Limits {
+        max_connections: config.max_connections,
+        idle_timeout: config.http_idle_timeout,
+    };
     let config = Arc::new(config);
     let metrics = Arc::new(metrics::SelfMetrics::default());
     let (monitors, tasks) = idle::spawn_all(&config, metrics.clone(), &shutdown);
@@ -40,12 +45,35 @@ pub async fn serve(
         monitors,
         shutdown.clone(),
     ));
-    let server = axum::serve(listener, http::router(state))
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .await;
+    let server = connections::serve(listener, http::router(state), limits, shutdown.clone()).await;
     shutdown.cancel();
     for t in tasks {
         let _ = t.await;
     }
     server.map_err(ExporterError::Serve)
+}
+
+/// Raise the soft limit on open files to the hard one (every HTTP connection, probe socket and
+/// idle-monitor connection is a descriptor) and return the soft limit in force afterwards.
+pub fn raise_fd_limit() -> std::io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed to them.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+    }
+    Ok(lim.rlim_cur)
 }

@@ -155,7 +155,7 @@ impl Default for SelfMetrics {
         let refused = Family::<Labels, Counter>::default();
         registry.register(
             "refused_requests",
-            "Requests refused, by reason (unauthorized, bad-request, unknown-module, target-not-allowed, busy, shutting-down)",
+            "Requests refused, by reason (unauthorized, bad-request, unknown-module, target-not-allowed, queue-full, busy, shutting-down)",
             refused.clone(),
         );
         let probe_seconds = Family::<Labels, Histogram>::new_with_constructor(|| {

@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use pathdoc_exporter::config::Check;
-use pathdoc_exporter::Config;
+use pathdoc_exporter::{Config, ConfigError};
 use tokio_util::sync::CancellationToken;
 
+use crate::error::CliError;
 use crate::Global;
 
 pub const EXAMPLES: &str = "Examples:
@@ -37,8 +38,11 @@ pub struct ExporterArgs {
     pub check_config: bool,
 }
 
+/// Where the example config lives, for the error when there is none.
+const EXAMPLE_CONFIG: &str = "dist/pathdoc-exporter.toml";
+
 pub fn run(args: ExporterArgs, global: Global) -> anyhow::Result<i32> {
-    let mut config = Config::load(&args.config.to_string_lossy())?;
+    let mut config = load(&args.config)?;
     if let Some(l) = args.listen {
         config.listen = l;
     }
@@ -62,6 +66,15 @@ pub fn run(args: ExporterArgs, global: Global) -> anyhow::Result<i32> {
             config.listen
         );
     }
+    // Every HTTP connection, probe socket and idle-monitor connection is a descriptor.
+    match pathdoc_exporter::raise_fd_limit() {
+        Ok(fds) => {
+            if let Some(warning) = config.fit_to_descriptors(fds) {
+                eprintln!("pathdoc exporter: warning: {warning}");
+            }
+        }
+        Err(e) => eprintln!("pathdoc exporter: warning: reading the open-files limit: {e}"),
+    }
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let result = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(config.listen)
@@ -83,6 +96,25 @@ pub fn run(args: ExporterArgs, global: Global) -> anyhow::Result<i32> {
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     eprintln!("pathdoc exporter: stopped");
     result
+}
+
+/// The config, or an error that says what is missing and where an example is.
+fn load(path: &std::path::Path) -> anyhow::Result<Config> {
+    let shown = path.display().to_string();
+    match Config::load(&path.to_string_lossy()) {
+        Ok(c) => Ok(c),
+        Err(ConfigError::Read { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
+            Err(CliError::usage(format!("no exporter config at {shown}"))
+                .hint(format!(
+                    "the exporter only probes the targets a config lists: start from {EXAMPLE_CONFIG} in pathdoc's source (docs/exporter.md), e.g. `install -m 600 {EXAMPLE_CONFIG} /etc/pathdoc/exporter.toml`, then pass --config FILE if it lives elsewhere"
+                ))
+                .into())
+        }
+        Err(e @ ConfigError::Read { .. }) => {
+            Err(CliError::usage(crate::error::without_os_error(&e.to_string())).into())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// SIGINT or SIGTERM stops the exporter cleanly (idle monitors release their sessions).
@@ -109,6 +141,9 @@ fn print_summary(config: &Config, idle_monitors: usize, global: Global) {
             "auth": !config.auth_tokens.is_empty(),
             "max_concurrent_probes": config.max_concurrent_probes,
             "probe_timeout_s": config.probe_timeout.as_secs_f64(),
+            "max_queued_probes_per_target": config.max_queued_probes_per_target,
+            "max_connections": config.max_connections,
+            "http_idle_timeout_s": config.http_idle_timeout.as_secs_f64(),
             "modules": config.modules.iter().map(|(n, c)| (n.clone(), c.name())).collect::<std::collections::BTreeMap<_, _>>(),
             "targets": config.targets.iter().map(|t| serde_json::json!({"address": t.address, "modules": t.modules})).collect::<Vec<_>>(),
             "idle_monitors": idle_monitors,
@@ -132,7 +167,11 @@ fn print_summary(config: &Config, idle_monitors: usize, global: Global) {
         println!("  target {}: {}", t.address, t.modules.join(", "));
     }
     println!(
-        "  {idle_monitors} idle monitor(s), at most {} probes at once, probe timeout {:?}",
-        config.max_concurrent_probes, config.probe_timeout
+        "  {idle_monitors} idle monitor(s), at most {} probes at once ({} per target and module waiting or running), probe timeout {:?}",
+        config.max_concurrent_probes, config.max_queued_probes_per_target, config.probe_timeout
+    );
+    println!(
+        "  at most {} HTTP connections, closed after {:?} without a request",
+        config.max_connections, config.http_idle_timeout
     );
 }

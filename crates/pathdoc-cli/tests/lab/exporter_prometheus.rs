@@ -1,7 +1,7 @@
 //! `pathdoc exporter` under a real Prometheus: a lab path (the `modem-idle` strict NAT scaled to a
 //! 3 s timeout, plus a 50 Mbit/s server link, and a 1400-byte MTU from the NAT towards the client
 //! whose ICMP frag-needed the server's firewall eats), a real `pathdoc server`, the exporter and Prometheus in the
-//! client's namespace. Prometheus scrapes with the relabelling of dist/prometheus/pathdoc-scrape.yml
+//! client's namespace. Prometheus runs the shipped dist/prometheus/prometheus.yml (scaled to seconds)
 //! and evaluates dist/prometheus/pathdoc-alerts.yml; the test reads everything back through
 //! Prometheus's HTTP API. A target the config does not list is refused.
 
@@ -83,28 +83,48 @@ fn wait_for(lab: &Lab, promql: &str, deadline: Instant) -> Vec<Value> {
     }
 }
 
+/// The shipped dist/prometheus/prometheus.yml as users copy it, scaled from minutes to seconds,
+/// pointed at the lab's server and a token file, plus a job for a target the exporter's config
+/// does not list. The rules file sits next to it, as the shipped config expects.
 fn prometheus_config(dir: &std::path::Path, server: &str) -> String {
     let token_file = dir.join("token");
     std::fs::write(&token_file, TOKEN).unwrap();
-    let relabel = format!(
-        "    relabel_configs:\n      - source_labels: [__address__]\n        target_label: __param_target\n      - source_labels: [__param_target]\n        target_label: instance\n      - target_label: __address__\n        replacement: {EXPORTER}\n"
-    );
-    let job = |name: &str, module: &str, target: &str, every: &str, timeout: &str| {
-        format!(
-            "  - job_name: {name}\n    metrics_path: /probe\n    params: {{ module: [{module}] }}\n    scrape_interval: {every}\n    scrape_timeout: {timeout}\n    authorization: {{ credentials_file: {} }}\n    static_configs:\n      - targets: [\"{target}\"]\n{relabel}",
-            token_file.display()
-        )
-    };
-    format!(
-        "global:\n  scrape_interval: 2s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n{}{}{}{}  - job_name: pathdoc_exporter\n    authorization: {{ credentials_file: {} }}\n    static_configs:\n      - targets: [\"{EXPORTER}\"]\n",
-        repo_file("dist/prometheus/pathdoc-alerts.yml").display(),
-        job("pathdoc_mtu", "mtu", server, "10s", "9s"),
-        job("pathdoc_throughput", "throughput", server, "20s", "15s"),
-        job("pathdoc_idle", "idle", server, "2s", "1s"),
-        // Not in the exporter's config: must be refused, never probed.
-        job("pathdoc_not_allowed", "mtu", "198.51.100.7:7224", "2s", "1s"),
-        token_file.display(),
+    std::fs::copy(
+        repo_file("dist/prometheus/pathdoc-alerts.yml"),
+        dir.join("pathdoc-alerts.yml"),
     )
+    .unwrap();
+    let mut config = std::fs::read_to_string(repo_file("dist/prometheus/prometheus.yml")).unwrap();
+    let token = token_file.display().to_string();
+    for (from, to) in [
+        (
+            "evaluation_interval: 1m",
+            "evaluation_interval: 1s\n  scrape_interval: 2s",
+        ),
+        (
+            "scrape_interval: 5m\n    scrape_timeout: 30s",
+            "scrape_interval: 10s\n    scrape_timeout: 9s",
+        ),
+        (
+            "scrape_interval: 15m\n    scrape_timeout: 50s",
+            "scrape_interval: 20s\n    scrape_timeout: 15s",
+        ),
+        (
+            "scrape_interval: 1m\n    scrape_timeout: 10s",
+            "scrape_interval: 2s\n    scrape_timeout: 1s",
+        ),
+        ("/etc/prometheus/pathdoc-exporter.token", token.as_str()),
+        ("server.example.net:7224", server),
+    ] {
+        assert!(config.contains(from), "the shipped config has no {from:?}");
+        config = config.replace(from, to);
+    }
+    assert!(config.contains(&format!("replacement: {EXPORTER}")));
+    // Not in the exporter's config: must be refused, never probed.
+    config.push_str(&format!(
+        "  - job_name: pathdoc_not_allowed\n    metrics_path: /probe\n    params: {{ module: [mtu] }}\n    scrape_interval: 2s\n    scrape_timeout: 1s\n    authorization: {{ credentials_file: {token} }}\n    static_configs:\n      - targets: [\"198.51.100.7:7224\"]\n    relabel_configs: *pathdoc_relabel\n"
+    ));
+    config
 }
 
 #[test]
@@ -248,6 +268,18 @@ fn prometheus_scrapes_mtu_goodput_and_idle_results_and_alerts_fire() {
     assert!(
         lo < 3.0 + 0.6 && (3.0..=5.0).contains(&hi),
         "bracket ({lo}, {hi}] for a 3 s timeout"
+    );
+    let available = query(lab, "pathdoc_idle_result_available");
+    assert_eq!(value(&available[0]), 1.0);
+    // While the first run measured, the idle job had no probe_success: the probe-failure alert
+    // was never even pending for it.
+    assert!(
+        query(
+            lab,
+            "max_over_time(ALERTS{alertname=\"PathdocProbeFailed\",job=\"pathdoc_idle\"}[10m])"
+        )
+        .is_empty(),
+        "the idle job's first run counted as a failed probe"
     );
     let below = query(lab, "pathdoc_idle_timeout_below_rfc{protocol=\"tcp\"}");
     assert_eq!(value(&below[0]), 1.0);

@@ -8,6 +8,7 @@ mod support;
 mod analyze_cli;
 mod cli_errors;
 mod docs;
+mod exporter_cli;
 mod finding_ids;
 mod flags_extreme;
 mod idle_mtu_cancel;

@@ -258,7 +258,9 @@ fn panel(
             .intervals
             .iter()
             .filter_map(|i| Some((mid(i)?, value(i)?)))
-            .filter(|(_, v)| v.is_finite())
+            // Only what fits the axes: plotters' pixel arithmetic overflows on a point far
+            // outside them (an interval a tampered report starts after it ends).
+            .filter(|(t, v)| (0.0..=t_max).contains(t) && (0.0..=y_max).contains(v))
             .collect();
         chart.draw_series(LineSeries::new(points, line.color.stroke_width(2)).point_size(3))?;
     }
@@ -298,7 +300,10 @@ fn retrans_panel(
         .axis_desc_style((FONT, 13))
         .light_line_style(WHITE)
         .draw()?;
-    chart.draw_series(retrans.iter().filter(|r| r.2 > 0.0).map(|&(s, e, n)| {
+    let fits = |&&(s, e, n): &&(f64, f64, f64)| {
+        n > 0.0 && n <= y_max && (0.0..=t_max).contains(&s) && (s..=t_max).contains(&e)
+    };
+    chart.draw_series(retrans.iter().filter(fits).map(|&(s, e, n)| {
         let pad = (e - s) * 0.1;
         Rectangle::new([(s + pad, 0.0), (e - pad, n)], BAD.filled())
     }))?;
