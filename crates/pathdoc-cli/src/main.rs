@@ -10,6 +10,8 @@ mod interrupt;
 mod json_log;
 mod output;
 mod progress;
+mod provenance;
+mod report_footer;
 mod speed_table;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -108,6 +110,7 @@ pub fn cli_command() -> clap::Command {
 }
 
 fn main() {
+    provenance::mark_start();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => usage_error(e),

@@ -1,6 +1,7 @@
 //! Linux kernel access for pathdoc: TCP_INFO, socket options, network namespaces, sysctls.
 pub mod cgroup;
 pub mod cpu_usage;
+pub mod host_info;
 pub mod netns;
 pub mod pmtu;
 pub mod process;

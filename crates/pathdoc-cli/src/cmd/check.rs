@@ -140,6 +140,7 @@ pub fn run(mut args: CheckArgs, global: Global) -> anyhow::Result<i32> {
     let mut report = runtime.block_on(run_plan(&args, &plan, &progress, global))?;
     report.target = remote.label(report.target);
     progress.finish();
+    crate::provenance::stamp(&mut report);
     let code = output::print_report(&report, global);
     if let Some(html) = html {
         html.write(&report)?;

@@ -166,6 +166,7 @@ pub fn run(mut args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
     })?;
     report.target = remote.label(report.target);
     progress.finish();
+    crate::provenance::stamp(&mut report);
     let code = output::print_report(&report, global);
     if let Some(html) = html {
         html.write(&report)?;

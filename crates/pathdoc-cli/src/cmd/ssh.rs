@@ -211,6 +211,7 @@ pub fn run(args: SshArgs, global: Global) -> anyhow::Result<i32> {
         "ssh".into(),
         serde_json::to_value(&measured).context("encoding the SSH measurements")?,
     );
+    crate::provenance::stamp(&mut report);
     let code = output::print_report(&report, global);
     if let Some(html) = html {
         html.write(&report)?;
