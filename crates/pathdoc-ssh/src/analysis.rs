@@ -52,6 +52,14 @@ pub const FINDING_IDS: &[FindingId] = &[
         meaning: "the direction's transfers never started: the run was interrupted first: INFO",
     },
     FindingId {
+        id: "ssh-next-step",
+        meaning: "after `check --ssh`/`speed --ssh`: for SSH transfers to this host run `pathdoc ssh [user@]host[:port]` (the ssh options kept): INFO",
+    },
+    FindingId {
+        id: "ssh-keepalive-next-step",
+        meaning: "after `check --ssh` with an idle FAIL: the ServerAliveInterval stanza for this host in the user's ~/.ssh/config: INFO",
+    },
+    FindingId {
         id: "ssh-limit-inconclusive",
         meaning: "no SSH transfer in the direction could be measured, or no single limit explains the rate (with what was seen): INCONCLUSIVE",
     },
@@ -1310,6 +1318,12 @@ mod tests {
         cut.to = cut.from + 0.2;
         let mut interrupted = transfer(Way::Upload, None, chacha, cut);
         interrupted.incomplete = Some(INTERRUPTED.into());
+        let dest = crate::SshDest::parse("nas").unwrap();
+        let mut idle_fail = pathdoc_core::Report::new("check", "nas");
+        idle_fail.findings.push(
+            Finding::new("idle", "tcp-idle-timeout", Status::Fail, "x")
+                .remedy(pathdoc_core::Remedy::new("ssh").with_command("ServerAliveInterval 60")),
+        );
         let seen: std::collections::BTreeSet<String> = [
             judge(Way::Upload, Some(93.8e6), None, &[interrupted]),
             not_started_finding(Way::Download),
@@ -1319,6 +1333,8 @@ mod tests {
             judge(Way::Upload, Some(93.8e6), None, &network),
             judge(Way::Upload, None, None, &[]),
             versions_finding(None, None),
+            crate::next_step::pathdoc_ssh_finding(&dest),
+            crate::next_step::keepalive_finding(&dest, &idle_fail).unwrap(),
         ]
         .into_iter()
         .map(|f| f.id)

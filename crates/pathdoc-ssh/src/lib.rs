@@ -10,7 +10,8 @@
 //! Modules: [`dest`] (destination, `ssh -G`), [`process`] (spawning ssh: deadlines, death with
 //! the parent, error classification), [`sshlog`] (`ssh -vv` facts), [`transfer`] (one measured
 //! transfer), [`steady`] (its steady-state summary), [`evidence`] (both ends' TCP_INFO and CPU;
-//! the far end's service), [`analysis`] (verdicts), [`error`].
+//! the far end's service), [`analysis`] (verdicts), [`next_step`] (the INFO findings that lead
+//! from `check --ssh` to `pathdoc ssh` and to a keepalive for this host), [`error`].
 //!
 //! The functions that start `ssh` children must run on a thread that outlives them (pathdoc's
 //! main thread): each child is tied to its parent thread with `PR_SET_PDEATHSIG`.
@@ -20,6 +21,7 @@ pub mod bootstrap;
 pub mod dest;
 pub mod error;
 pub mod evidence;
+pub mod next_step;
 pub mod process;
 pub mod sshlog;
 pub mod steady;

@@ -75,8 +75,8 @@ pub enum SshStart {
     /// A temporary server runs; keep this guard alive until the report is printed.
     Started {
         _guard: Box<pathdoc_ssh::RemoteServer>,
-        /// The far end as the user wrote it (`backup@nas`).
-        destination: String,
+        /// The far end as the user wrote it (`backup@nas`, port and ssh options).
+        dest: Box<SshDest>,
     },
     /// `--ssh-clean` ran; exit with this code.
     Cleaned(i32),
@@ -86,9 +86,28 @@ impl SshStart {
     /// The report's target: the name the user gave, not only the temporary server's address.
     pub fn label(&self, target: String) -> String {
         match self {
-            SshStart::Started { destination, .. } => format!("{destination} over SSH ({target})"),
+            SshStart::Started { dest, .. } => {
+                format!("{} over SSH ({target})", pathdoc_ssh::next_step::spec(dest))
+            }
             _ => target,
         }
+    }
+
+    /// The next steps a run through `--ssh` leads to, as INFO findings: `pathdoc ssh` for SSH
+    /// transfers to this host, and after an idle FAIL the keepalive for this host's ssh config.
+    pub fn add_next_steps(&self, report: &mut pathdoc_core::Report) {
+        let SshStart::Started { dest, .. } = self else {
+            return;
+        };
+        if report.interrupted || report.could_not_run() {
+            return;
+        }
+        if let Some(f) = pathdoc_ssh::next_step::keepalive_finding(dest, report) {
+            report.findings.push(f);
+        }
+        report
+            .findings
+            .push(pathdoc_ssh::next_step::pathdoc_ssh_finding(dest));
     }
 }
 
@@ -123,7 +142,7 @@ pub fn prepare_target(
         progress,
         &format!(
             "ssh: temporary pathdoc server on {} at {} ({})",
-            dest.destination,
+            pathdoc_ssh::next_step::spec(&dest),
             remote.addr,
             match remote.source {
                 pathdoc_ssh::bootstrap::BinarySource::Installed => "its installed pathdoc",
@@ -137,7 +156,7 @@ pub fn prepare_target(
     target.auth_token = Some(remote.token.clone());
     Ok(SshStart::Started {
         _guard: Box::new(remote),
-        destination: dest.destination.clone(),
+        dest: Box::new(dest),
     })
 }
 
