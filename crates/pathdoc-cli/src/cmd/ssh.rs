@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use pathdoc_core::Report;
-use pathdoc_ssh::{SshCheckOptions, SshDest};
+use pathdoc_ssh::{next_step, SshCheckOptions, SshDest};
 use tokio_util::sync::CancellationToken;
 
 use crate::progress::TerminalProgress;
@@ -164,29 +164,41 @@ pub fn prepare_target(
 /// which `pathdoc report` would try to read back (docs/output.md).
 pub const SSH_CLEAN_SCHEMA: &str = "pathdoc.ssh-clean/1";
 
-fn clean_document(
-    destination: &str,
-    done: &pathdoc_ssh::bootstrap::CleanReport,
-) -> serde_json::Value {
-    serde_json::json!({
-        "schema": SSH_CLEAN_SCHEMA,
-        "pathdoc_version": env!("CARGO_PKG_VERSION"),
-        "command": "ssh-clean",
-        "target": destination,
-        "cache_dir": done.cache_dir,
-        "removed": done.removed,
-    })
+/// The `--ssh-clean --json` document, fields in this order (schema first, as every document).
+#[derive(serde::Serialize)]
+struct CleanDocument<'a> {
+    schema: &'static str,
+    pathdoc_version: &'static str,
+    command: &'static str,
+    target: &'a str,
+    cache_dir: &'a str,
+    removed: u64,
+}
+
+fn clean_document(destination: &str, done: &pathdoc_ssh::bootstrap::CleanReport) -> String {
+    let doc = CleanDocument {
+        schema: SSH_CLEAN_SCHEMA,
+        pathdoc_version: env!("CARGO_PKG_VERSION"),
+        command: "ssh-clean",
+        target: destination,
+        cache_dir: &done.cache_dir,
+        removed: done.removed,
+    };
+    // Pretty, like every other document pathdoc prints.
+    serde_json::to_string_pretty(&doc).unwrap_or_else(|_| "{}".into())
 }
 
 /// `--ssh-clean`: remove the cached binary on the far end.
 pub fn clean(dest: &SshDest, global: Global) -> anyhow::Result<i32> {
     let done = pathdoc_ssh::clean(dest, Duration::from_secs(60))?;
     if global.json {
-        println!("{}", clean_document(&dest.destination, &done));
+        crate::outln!("{}", clean_document(&next_step::spec(dest), &done));
     } else {
-        println!(
+        crate::outln!(
             "removed {} cached pathdoc file(s) from {}:{}",
-            done.removed, dest.destination, done.cache_dir
+            done.removed,
+            next_step::spec(dest),
+            done.cache_dir
         );
     }
     Ok(0)
@@ -250,7 +262,13 @@ mod tests {
             cache_dir: "/home/u/.cache/pathdoc".into(),
             removed: 1,
         };
-        let doc = clean_document("u@nas", &done);
+        let text = clean_document("u@nas", &done);
+        // Schema first and pretty, like every other document (was compact, keys sorted).
+        assert!(
+            text.starts_with("{\n  \"schema\": \"pathdoc.ssh-clean/1\",\n  \"pathdoc_version\""),
+            "{text}"
+        );
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(doc["schema"], "pathdoc.ssh-clean/1");
         assert_ne!(doc["schema"], pathdoc_core::report::SCHEMA_VERSION);
         assert_eq!(doc["command"], "ssh-clean");
