@@ -591,7 +591,7 @@ fn plain_tcp_remedy(way: Way, host: &str) -> Remedy {
         Way::Download => "CLIENT".to_string(),
     };
     Remedy::new(format!(
-        "For data that need not be private on a network you trust, skip SSH for the bulk stream: mbuffer over plain TCP (receiver {recv}, sender {send}), as syncoid's --insecure-direct-connection does. Not encrypted"
+        "Any single stream (zfs send, tar, a database dump): skip SSH for the bulk data and send it with mbuffer over plain TCP (receiver {recv}, sender {send}), as syncoid's --insecure-direct-connection does — not encrypted, so only on a network you trust or inside a WireGuard/VPN tunnel, which keeps it private without SSH's channel window"
     ))
     .on(Host::BothEnds)
     .with_command(format!(
@@ -599,12 +599,24 @@ fn plain_tcp_remedy(way: Way, host: &str) -> Remedy {
     ))
 }
 
-fn parallel_remedy(host: &str, per_stream: &str) -> Remedy {
-    Remedy::new(format!(
-        "Split the transfer across parallel SSH sessions: each gets its own {per_stream}, so N sessions carry about N times as much"
-    ))
-    .on(Host::Client)
-    .with_command(format!("ls SRC | xargs -P 4 -I{{}} rsync -a SRC/{{}} {host}:DEST/"))
+/// Parallel sessions, by what the user sends: a file tree splits into files (rsync), one
+/// `zfs send` stream cannot be split but each dataset is its own stream. A plain pipe from any
+/// other producer gets the mbuffer/HPN-SSH remedies instead.
+fn parallel_remedies(host: &str, per_stream: &str) -> Vec<Remedy> {
+    vec![
+        Remedy::new(format!(
+            "File trees (rsync, scp -r): split the transfer across parallel SSH sessions; each gets its own {per_stream}, so N sessions carry about N times as much"
+        ))
+        .on(Host::Client)
+        .with_command(format!("ls SRC | xargs -P 4 -I{{}} rsync -a SRC/{{}} {host}:DEST/")),
+        Remedy::new(format!(
+            "zfs send | ssh: one stream cannot be split, but each dataset is its own stream: send the datasets in parallel (parents received first), each with its own {per_stream}"
+        ))
+        .on(Host::Client)
+        .with_command(format!(
+            "zfs list -H -o name -t filesystem -r POOL/DATA | xargs -P 4 -I{{}} sh -c 'zfs send {{}}@SNAP | ssh {host} zfs receive -u -d BACKUP'"
+        )),
+    ]
 }
 
 fn cpu_verdict(
@@ -729,7 +741,7 @@ fn cpu_verdict(
             .on(Host::BothEnds)
             .with_command(format!("hpnssh -oCiphers=chacha20-poly1305-mt@hpnssh.org {} …", input.host)),
     )
-    .remedy(parallel_remedy(input.host, "CPU core for the cipher"))
+    .remedies(parallel_remedies(input.host, "CPU core for the cipher"))
     .remedy(
         Remedy::new("Decouple a bursty producer and consumer from SSH with mbuffer on both ends, so the cipher never waits on the disk")
             .on(Host::BothEnds)
@@ -801,7 +813,7 @@ fn window_verdict(
             Way::Download => format!("hpnssh {} …   # the server may keep stock OpenSSH", input.host),
         }),
     )
-    .remedy(parallel_remedy(input.host, "2 MiB window"))
+    .remedies(parallel_remedies(input.host, "2 MiB window"))
     .remedy(
         Remedy::new("scp/sftp: with a larger window, also lift their request pipeline (sftp -R requests, -B buffer) or use the legacy scp protocol")
             .on(Host::Client)
@@ -874,7 +886,7 @@ fn buffer_verdict(
         .on(host)
         .with_command(format!("sysctl -w net.ipv4.{key}=\"4096 {default} {max}\"")),
     )
-    .remedy(parallel_remedy(input.host, "TCP buffer"))
+    .remedies(parallel_remedies(input.host, "TCP buffer"))
 }
 
 fn network_verdict(
@@ -1190,6 +1202,19 @@ mod tests {
         let f = judge(Way::Download, Some(700e6), None, &t);
         assert_eq!(f.id, "ssh-window-limited");
         assert_eq!(f.remedies[0].host, Some(Host::Client));
+        // Remedies for what the user sends: a file tree splits into files, a zfs send stream
+        // into datasets, any stream can go over mbuffer (plain TCP or a WireGuard tunnel).
+        let says = |needle: &str| {
+            f.remedies.iter().any(|r| {
+                r.description.contains(needle)
+                    || r.command.as_deref().is_some_and(|c| c.contains(needle))
+            })
+        };
+        assert!(says("File trees (rsync, scp -r)") && says("xargs -P 4 -I{} rsync"));
+        assert!(says("zfs send | ssh: one stream cannot be split"));
+        assert!(says("zfs send {}@SNAP | ssh nas zfs receive"));
+        assert!(says("WireGuard") && says("mbuffer"));
+        assert!(says("HPN-SSH"));
         // Raw TCP not much faster: not a window verdict.
         let f = judge(Way::Download, Some(170e6), None, &t);
         assert_eq!(f.id, "ssh-network-limited");
