@@ -46,7 +46,7 @@ pub fn page(report: &Report, figures: &[Figure], path: &PathInfo) -> String {
     header(&mut s, report);
     verdicts(&mut s, report);
     path_section(&mut s, path);
-    plots(&mut s, figures);
+    plots(&mut s, report, figures);
     details(&mut s, report);
     footer(&mut s, report);
     s.push_str("</body>\n</html>\n");
@@ -309,15 +309,29 @@ fn path_section(s: &mut String, path: &PathInfo) {
     s.push_str("</section>\n");
 }
 
-fn plots(s: &mut String, figures: &[Figure]) {
+fn plots(s: &mut String, report: &Report, figures: &[Figure]) {
     s.push_str("<section id=\"plots\">\n<h2>Measurements</h2>\n");
     if figures.is_empty() {
-        s.push_str("<p class=\"note\">This report holds no raw measurements to plot.</p>\n");
+        s.push_str(&format!(
+            "<p class=\"note\" id=\"no-plots\">{}</p>\n",
+            esc(no_plots_note(report))
+        ));
     }
     for f in figures {
         figure(s, f);
     }
     s.push_str("</section>\n");
+}
+
+/// Why the page has no plot, and how to get one.
+fn no_plots_note(report: &Report) -> &'static str {
+    if report.command == "analyze" {
+        "No time-sequence graph: graphs are drawn for the connections the report lists, and \
+         without --all it lists only those with findings. For a graph of every connection (up to \
+         8 per capture) run: pathdoc analyze CAPTURE --all --report FILE.html"
+    } else {
+        "This report holds no raw measurements to plot."
+    }
 }
 
 fn figure(s: &mut String, f: &Figure) {
@@ -398,6 +412,19 @@ fn footer(s: &mut String, report: &Report) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_capture_report_without_plots_says_how_to_get_them() {
+        let mut s = String::new();
+        plots(&mut s, &Report::new("analyze", "x.pcap"), &[]);
+        assert!(
+            s.contains("pathdoc analyze CAPTURE --all --report FILE.html"),
+            "{s}"
+        );
+        let mut s = String::new();
+        plots(&mut s, &Report::new("check", "x"), &[]);
+        assert!(s.contains("no raw measurements"), "{s}");
+    }
 
     #[test]
     fn header_says_when_where_and_how() {
