@@ -46,21 +46,31 @@ pub fn bottom_line(report: &Report) -> String {
     if problems.is_empty() {
         return nothing_to_fix(report);
     }
-    let mut fixes: Vec<(&Finding, Option<&Remedy>)> = Vec::new();
+    // (finding, its first remedy, every host that same fix applies on)
+    let mut fixes: Vec<(&Finding, Option<&Remedy>, Vec<String>)> = Vec::new();
     for f in &problems {
-        match f.remedies.first() {
-            // The same fix for both directions is one thing to do.
-            Some(r) if fixes.iter().any(|(_, seen)| *seen == Some(r)) => {}
-            r => fixes.push((f, r)),
+        let r = f.remedies.first();
+        let host = r.and_then(|r| r.host.as_ref()).map(|h| h.to_string());
+        // The same fix for both directions, or for both ends, is one thing to do.
+        let same = fixes.iter_mut().find(|(_, seen, _)| {
+            matches!((seen, r), (Some(a), Some(b)) if a.description == b.description && a.command == b.command)
+        });
+        match same {
+            Some((_, _, hosts)) => {
+                if let Some(h) = host.filter(|h| !hosts.contains(h)) {
+                    hosts.push(h);
+                }
+            }
+            None => fixes.push((f, r, host.into_iter().collect())),
         }
     }
     let more = fixes.len().saturating_sub(FIXES_SHOWN);
     let mut s = String::from("Bottom line — fix first:\n");
-    for (i, (f, remedy)) in fixes.iter().take(FIXES_SHOWN).enumerate() {
+    for (i, (f, remedy, hosts)) in fixes.iter().take(FIXES_SHOWN).enumerate() {
         s.push_str(&format!(
             "  {}. {} ({} {})\n",
             i + 1,
-            fix_line(f, *remedy),
+            fix_line(f, *remedy, hosts),
             f.status,
             f.check
         ));
@@ -88,13 +98,13 @@ fn is_verdict(f: &Finding) -> bool {
     )
 }
 
-fn fix_line(f: &Finding, remedy: Option<&Remedy>) -> String {
+fn fix_line(f: &Finding, remedy: Option<&Remedy>, hosts: &[String]) -> String {
     match remedy {
         Some(r) => {
             let what = first_sentence(&r.description);
-            match &r.host {
-                Some(host) => format!("{}: {what}", capitalized(&host.to_string())),
-                None => what.to_string(),
+            match hosts {
+                [] => what.to_string(),
+                hosts => format!("{}: {what}", capitalized(&hosts.join(" and "))),
             }
         }
         None => format!("{} (no fix named: see above)", f.title),
@@ -179,6 +189,21 @@ mod tests {
             "  2. By your ISP: Ask for a longer timeout. (FAIL idle)"
         );
         assert_eq!(lines[5], "  and 1 more problem above.");
+    }
+
+    #[test]
+    fn one_fix_for_both_ends_is_one_line_naming_both() {
+        let mut r = Report::new("speed", "host");
+        r.findings
+            .push(problem("cpu", Status::Warn, Host::Server, "Free the CPU."));
+        r.findings
+            .push(problem("cpu", Status::Warn, Host::Client, "Free the CPU."));
+        let s = bottom_line(&r);
+        assert!(
+            s.contains("  1. On the server and on the client: Free the CPU. (WARN idle)"),
+            "{s}"
+        );
+        assert!(!s.contains("  2."), "{s}");
     }
 
     #[test]
