@@ -331,11 +331,14 @@ mod tests {
         };
         let host_key = SshError::HostKeyMismatch {
             host: "nas".into(),
+            known_hosts: "nas".into(),
+            ssh: "ssh nas".into(),
             detail: "REMOTE HOST IDENTIFICATION HAS CHANGED".into(),
         };
         assert_eq!(kind(host_key), ErrorKind::SshHostKey);
         let login = SshError::LoginRefused {
             dest: "u@nas".into(),
+            ssh: "ssh u@nas".into(),
             detail: "Permission denied (publickey).".into(),
         };
         assert_eq!(kind(login), ErrorKind::SshLogin);

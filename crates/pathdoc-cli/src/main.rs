@@ -10,7 +10,10 @@ mod interrupt;
 mod json_log;
 mod output;
 mod progress;
+mod provenance;
+mod report_footer;
 mod speed_table;
+mod usage_hints;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -108,6 +111,7 @@ pub fn cli_command() -> clap::Command {
 }
 
 fn main() {
+    provenance::mark_start();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => usage_error(e),
@@ -185,13 +189,24 @@ fn usage_error(e: clap::Error) -> ! {
         quiet: true,
         verbose: 0,
     };
-    let err = CliError::usage(one_line(&e, &command));
+    let err = CliError::usage(one_line(&e, &command, &raw));
     output::print_error(&err, &command, global);
     std::process::exit(pathdoc_core::report::exit::COULD_NOT_RUN);
 }
 
-/// Clap's message without the usage block and tips, on one line, pointing at `--help`.
-fn one_line(e: &clap::Error, command: &str) -> String {
+/// Clap's message without the usage block and tips, on one line, pointing at `--help`; clap's
+/// "did you mean" tip is kept in the line, and a negative value gets its own message.
+fn one_line(e: &clap::Error, command: &str, argv: &[String]) -> String {
+    let help = if command.is_empty() {
+        "pathdoc --help".to_string()
+    } else {
+        format!("pathdoc {command} --help")
+    };
+    let root = cli_command();
+    let scope = root.find_subcommand(command).unwrap_or(&root);
+    if let Some(text) = usage_hints::negative_value(e, argv, scope) {
+        return format!("{text} (see `{help}`)");
+    }
     let rendered = e.render().to_string();
     let first_paragraph: Vec<&str> = rendered
         .lines()
@@ -205,12 +220,8 @@ fn one_line(e: &clap::Error, command: &str) -> String {
     } else {
         text
     };
-    let help = if command.is_empty() {
-        "pathdoc --help".to_string()
-    } else {
-        format!("pathdoc {command} --help")
-    };
-    format!("{text} (see `{help}`)")
+    let did_you_mean = usage_hints::suggestion(e).unwrap_or_default();
+    format!("{text}{did_you_mean} (see `{help}`)")
 }
 
 /// Logs go to stderr. A server logs one line per connection, session and refusal by default

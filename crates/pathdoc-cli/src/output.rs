@@ -73,7 +73,7 @@ pub fn print_report(report: &Report, global: Global) -> i32 {
 /// Human rendering: a pure function of the report, so `pathdoc report FILE.json` reproduces
 /// exactly what the run printed. `pathdoc speed`'s per-interval table first (from the intervals
 /// in `data`), then one block per finding, evidence indented under it, remedies last, then the
-/// overall line.
+/// provenance footer, the bottom line (what to fix first) and the overall line.
 pub fn render_text(report: &Report) -> String {
     // Fields from servers, captures and report files: escaped, one line each (see `safe`).
     let report = &terminal_safe_report(report);
@@ -85,6 +85,8 @@ pub fn render_text(report: &Report) -> String {
         render_finding(&mut s, finding);
         s.push('\n');
     }
+    s.push_str(&crate::report_footer::provenance(report));
+    s.push_str(&crate::report_footer::bottom_line(report));
     s.push_str(&overall_line(report));
     s
 }

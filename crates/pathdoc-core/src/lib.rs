@@ -10,6 +10,6 @@ pub mod units;
 
 pub use progress::{NoProgress, Progress};
 pub use report::{
-    Direction, Evidence, Finding, FindingId, Host, Quantity, Remedy, Report, Status,
+    Direction, Evidence, Finding, FindingId, Host, Provenance, Quantity, Remedy, Report, Status,
     GENERIC_FINDING_IDS,
 };

@@ -362,6 +362,83 @@ pub struct Report {
     /// then, and checks that never started are listed as [`CHECK_NOT_RUN`] findings.
     #[serde(default)]
     pub interrupted: bool,
+    /// When, where and how the report was made (absent in reports saved before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
+}
+
+/// When, where and how a report was made, so a report mailed to an ISP or compared before and
+/// after a fix says what produced it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// Start of the run, ISO 8601 with the local zone offset (`2026-11-26T14:54:05+01:00`).
+    pub started: String,
+    /// Wall-clock seconds from the start of the run to the report.
+    pub duration_s: f64,
+    pub pathdoc_version: String,
+    /// The git commit the binary was built from (`unknown` outside a checkout).
+    pub commit: String,
+    /// The host that ran the command.
+    pub hostname: String,
+    /// `uname`: kernel name, release, version and machine, e.g. `Linux 6.1.0-18-amd64 #1 SMP … x86_64`.
+    pub os: String,
+    /// The command line as typed, secrets (`--auth-token VALUE`) replaced by `<redacted>`.
+    pub command_line: Vec<String>,
+}
+
+/// The placeholder for a secret left out of [`Provenance::command_line`].
+pub const REDACTED: &str = "<redacted>";
+
+/// Options whose value is a secret and never goes into a report.
+const SECRET_OPTIONS: &[&str] = &["--auth-token"];
+
+impl Provenance {
+    /// `argv` with the values of secret options replaced (`--auth-token X`, `--auth-token=X`).
+    pub fn redact_command_line(argv: impl IntoIterator<Item = String>) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut secret_next = false;
+        for arg in argv {
+            if secret_next {
+                out.push(REDACTED.to_string());
+                secret_next = false;
+                continue;
+            }
+            if SECRET_OPTIONS.contains(&arg.as_str()) {
+                secret_next = true;
+                out.push(arg);
+                continue;
+            }
+            match SECRET_OPTIONS
+                .iter()
+                .find(|o| arg.starts_with(&format!("{o}=")))
+            {
+                Some(o) => out.push(format!("{o}={REDACTED}")),
+                None => out.push(arg),
+            }
+        }
+        out
+    }
+
+    /// The command line as one shell-like line (arguments with spaces or quotes are quoted).
+    pub fn command_line_text(&self) -> String {
+        self.command_line
+            .iter()
+            .map(|a| shell_quote(a))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+fn shell_quote(arg: &str) -> String {
+    let plain = !arg.is_empty()
+        && arg
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@,+%[]".contains(c));
+    if plain {
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', "'\\''"))
+    }
 }
 
 /// Finding id of a check that could not run (server refused, lost, bad answer); its summary
@@ -396,6 +473,7 @@ impl Report {
             findings: Vec::new(),
             data: serde_json::Map::new(),
             interrupted: false,
+            provenance: None,
         }
     }
 
@@ -481,6 +559,53 @@ mod tests {
         json.as_object_mut().unwrap().remove("interrupted");
         let back: Report = serde_json::from_value(json).unwrap();
         assert!(!back.interrupted);
+    }
+
+    #[test]
+    fn auth_tokens_never_reach_the_command_line() {
+        let argv = [
+            "pathdoc",
+            "check",
+            "host",
+            "--auth-token",
+            "s3cret",
+            "--auth-token=other",
+            "--idle",
+        ]
+        .map(String::from);
+        let line = Provenance::redact_command_line(argv);
+        assert_eq!(
+            line,
+            [
+                "pathdoc",
+                "check",
+                "host",
+                "--auth-token",
+                REDACTED,
+                "--auth-token=<redacted>",
+                "--idle"
+            ]
+        );
+        assert!(!line.concat().contains("s3cret") && !line.concat().contains("other"));
+    }
+
+    #[test]
+    fn command_line_text_quotes_what_a_shell_would_split() {
+        let p = Provenance {
+            started: String::new(),
+            duration_s: 0.0,
+            pathdoc_version: String::new(),
+            commit: String::new(),
+            hostname: String::new(),
+            os: String::new(),
+            command_line: ["pathdoc", "ssh", "nas", "-o", "ProxyJump=a b", "it's"]
+                .map(String::from)
+                .to_vec(),
+        };
+        assert_eq!(
+            p.command_line_text(),
+            "pathdoc ssh nas -o 'ProxyJump=a b' 'it'\\''s'"
+        );
     }
 
     #[test]

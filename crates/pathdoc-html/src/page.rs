@@ -46,7 +46,7 @@ pub fn page(report: &Report, figures: &[Figure], path: &PathInfo) -> String {
     header(&mut s, report);
     verdicts(&mut s, report);
     path_section(&mut s, path);
-    plots(&mut s, figures);
+    plots(&mut s, report, figures);
     details(&mut s, report);
     footer(&mut s, report);
     s.push_str("</body>\n</html>\n");
@@ -112,7 +112,7 @@ fn header(s: &mut String, report: &Report) {
         s,
         "<header>\n<h1>pathdoc {} <span class=\"target\">{}</span></h1>\n\
          <p class=\"overall\" id=\"overall\" data-status=\"{}\">{} {}</p>\n\
-         <p class=\"meta\">pathdoc {} · schema {} · {} finding{}</p>\n</header>\n",
+         <p class=\"meta\">pathdoc {} · schema {} · {} finding{}</p>\n",
         esc(&report.command),
         esc(&report.target),
         class,
@@ -122,6 +122,35 @@ fn header(s: &mut String, report: &Report) {
         esc(&report.schema),
         report.findings.len(),
         if report.findings.len() == 1 { "" } else { "s" }
+    );
+    provenance(s, report);
+    s.push_str("</header>\n");
+}
+
+/// When, where and how the report was made: a definition list under the title.
+fn provenance(s: &mut String, report: &Report) {
+    let Some(p) = &report.provenance else {
+        return;
+    };
+    let took = if p.duration_s.is_finite() && p.duration_s >= 0.0 {
+        pathdoc_core::units::format_duration(std::time::Duration::from_secs_f64(p.duration_s))
+    } else {
+        format!("{} s", p.duration_s)
+    };
+    let _ = write!(
+        s,
+        "<dl class=\"provenance\" id=\"provenance\">\n\
+         <dt>started</dt><dd><time datetime=\"{started}\">{started}</time> (ran {})</dd>\n\
+         <dt>client</dt><dd>{} — {}</dd>\n\
+         <dt>pathdoc</dt><dd>{} (commit {})</dd>\n\
+         <dt>command</dt><dd><code>{}</code></dd>\n</dl>\n",
+        esc(&took),
+        esc(&p.hostname),
+        esc(&p.os),
+        esc(&p.pathdoc_version),
+        esc(&p.commit),
+        esc(&p.command_line_text()),
+        started = esc(&p.started),
     );
 }
 
@@ -280,15 +309,29 @@ fn path_section(s: &mut String, path: &PathInfo) {
     s.push_str("</section>\n");
 }
 
-fn plots(s: &mut String, figures: &[Figure]) {
+fn plots(s: &mut String, report: &Report, figures: &[Figure]) {
     s.push_str("<section id=\"plots\">\n<h2>Measurements</h2>\n");
     if figures.is_empty() {
-        s.push_str("<p class=\"note\">This report holds no raw measurements to plot.</p>\n");
+        s.push_str(&format!(
+            "<p class=\"note\" id=\"no-plots\">{}</p>\n",
+            esc(no_plots_note(report))
+        ));
     }
     for f in figures {
         figure(s, f);
     }
     s.push_str("</section>\n");
+}
+
+/// Why the page has no plot, and how to get one.
+fn no_plots_note(report: &Report) -> &'static str {
+    if report.command == "analyze" {
+        "No time-sequence graph: graphs are drawn for the connections the report lists, and \
+         without --all it lists only those with findings. For a graph of every connection (up to \
+         8 per capture) run: pathdoc analyze CAPTURE --all --report FILE.html"
+    } else {
+        "This report holds no raw measurements to plot."
+    }
 }
 
 fn figure(s: &mut String, f: &Figure) {
@@ -369,6 +412,52 @@ fn footer(s: &mut String, report: &Report) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_capture_report_without_plots_says_how_to_get_them() {
+        let mut s = String::new();
+        plots(&mut s, &Report::new("analyze", "x.pcap"), &[]);
+        assert!(
+            s.contains("pathdoc analyze CAPTURE --all --report FILE.html"),
+            "{s}"
+        );
+        let mut s = String::new();
+        plots(&mut s, &Report::new("check", "x"), &[]);
+        assert!(s.contains("no raw measurements"), "{s}");
+    }
+
+    #[test]
+    fn header_says_when_where_and_how() {
+        let mut r = Report::new("check", "nas:7224");
+        let mut s = String::new();
+        header(&mut s, &r);
+        assert!(!s.contains("provenance"), "{s}");
+        r.provenance = Some(pathdoc_core::Provenance {
+            started: "2026-11-26T15:54:05+01:00".into(),
+            duration_s: 7810.0,
+            pathdoc_version: "0.1.0".into(),
+            commit: "abc123".into(),
+            hostname: "laptop<1>".into(),
+            os: "Linux 6.1.0 x86_64".into(),
+            command_line: vec![
+                "pathdoc".into(),
+                "check".into(),
+                "--ssh".into(),
+                "nas".into(),
+            ],
+        });
+        let mut s = String::new();
+        header(&mut s, &r);
+        assert!(
+            s.contains("<time datetime=\"2026-11-26T15:54:05+01:00\">"),
+            "{s}"
+        );
+        assert!(s.contains("(ran 2 h 10 min 10 s)"), "{s}");
+        assert!(s.contains("laptop&lt;1&gt; — Linux 6.1.0 x86_64"), "{s}");
+        assert!(s.contains("0.1.0 (commit abc123)"), "{s}");
+        assert!(s.contains("<code>pathdoc check --ssh nas</code>"), "{s}");
+        assert!(s.ends_with("</dl>\n</header>\n"), "{s}");
+    }
 
     #[test]
     fn escapes_markup_and_quotes() {

@@ -52,6 +52,18 @@ pub const FINDING_IDS: &[FindingId] = &[
         meaning: "the direction's transfers never started: the run was interrupted first: INFO",
     },
     FindingId {
+        id: "ssh-cipher-faster-unproven",
+        meaning: "no limit proven (e.g. a busy host where the CPU rule cannot be shown) but a cipher measured ≥ 1.3× the default's rate in the same run: WARN, hedged, with the figures and the cipher to try",
+    },
+    FindingId {
+        id: "ssh-next-step",
+        meaning: "after `check --ssh`/`speed --ssh`: for SSH transfers to this host run `pathdoc ssh [user@]host[:port]` (the ssh options kept): INFO",
+    },
+    FindingId {
+        id: "ssh-keepalive-next-step",
+        meaning: "after `check --ssh` with an idle FAIL: the ServerAliveInterval stanza for this host in the user's ~/.ssh/config: INFO",
+    },
+    FindingId {
         id: "ssh-limit-inconclusive",
         meaning: "no SSH transfer in the direction could be measured, or no single limit explains the rate (with what was seen): INCONCLUSIVE",
     },
@@ -65,6 +77,10 @@ pub const BUFFER_LIMITED: f64 = pathdoc_speed::analysis::LIMITED_FRACTION;
 pub const WINDOW_BAND: (f64, f64) = (0.70, 1.20);
 /// Raw TCP at least this much faster than SSH: SSH, not the network, is the limit.
 pub const RAW_MUCH_FASTER: f64 = 1.30;
+/// With no limit proven, a cipher measured at least this much faster than the default is still
+/// worth a (hedged) WARN: on a busy host the CPU rule cannot be proven, and "rerun when quieter"
+/// never converges on a NAS that is always busy.
+pub const UNPROVEN_CIPHER_GAIN: f64 = 1.30;
 /// SSH within this share of raw TCP: the network is the limit.
 pub const NETWORK_SHARE: f64 = 0.80;
 /// A cipher this much faster than the default is worth switching to.
@@ -154,6 +170,10 @@ pub struct DirectionInput<'a> {
     pub raw_bps: Option<f64>,
     /// pathdoc-speed's verdict on that raw stream (`receive-window-limited`, …).
     pub raw_limit: Option<&'a str>,
+    /// Raw TCP over the whole test, slow start included (`raw_bps` is the steady state).
+    pub raw_whole_test_bps: Option<f64>,
+    /// What `raw_bps` covers: "steady state (1.0–4.0 s)" or "whole test".
+    pub raw_basis: Option<&'a str>,
     pub transfers: &'a [Transfer],
     /// The far end's host name as the user wrote it (for config lines).
     pub host: &'a str,
@@ -334,8 +354,15 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
 
     // A buffer or window limit always costs throughput a fix would win back; a CPU limit only
     // matters when the network could carry more.
+    let faster_unproven = match limit {
+        Limit::Inconclusive if def.requested_cipher.is_none() => table
+            .iter()
+            .find(|c| !c.default && c.rate_bps >= UNPROVEN_CIPHER_GAIN * rate),
+        _ => None,
+    };
     let status = match limit {
         Limit::Network => Status::Pass,
+        Limit::Inconclusive if faster_unproven.is_some() => Status::Warn,
         Limit::Inconclusive => Status::Inconclusive,
         Limit::TcpBuffer | Limit::ChannelWindow => Status::Warn,
         Limit::CipherCpu if raw.is_some_and(|r| rate < NETWORK_SHARE * r) => Status::Warn,
@@ -375,7 +402,13 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
                 Quantity::Goodput(r),
             )
             .with_detail(format!(
-                "pathdoc's own TCP stream through the temporary server: {:.1}× the SSH rate",
+                "pathdoc's own TCP stream through the temporary server, {} as `check --throughput` judges it{}: {:.1}× the SSH rate",
+                input.raw_basis.unwrap_or("whole test"),
+                input
+                    .raw_whole_test_bps
+                    .filter(|_| input.raw_basis.is_some_and(|b| b != "whole test"))
+                    .map(|w| format!("; {} over the whole test incl. slow start", format_rate(w)))
+                    .unwrap_or_default(),
                 r / rate
             )),
         );
@@ -498,6 +531,7 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
         Limit::ChannelWindow => "ssh-window-limited",
         Limit::TcpBuffer => "ssh-tcp-buffer-limited",
         Limit::Network => "ssh-network-limited",
+        Limit::Inconclusive if faster_unproven.is_some() => "ssh-cipher-faster-unproven",
         Limit::Inconclusive => "ssh-limit-inconclusive",
     };
     let f = Finding::new(CHECK, id, status, String::new())
@@ -524,7 +558,13 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
         ),
         Limit::TcpBuffer => buffer_verdict(f, input, st, rtt_ms, raw),
         Limit::Network => network_verdict(f, input, rate, raw.unwrap_or(0.0), window_ratio),
-        Limit::Inconclusive => inconclusive_verdict(f, input, st, cpu, window_ratio, raw),
+        Limit::Inconclusive => {
+            let reasons = unexplained_reasons(st, cpu, window_ratio, raw);
+            match faster_unproven {
+                Some(best) => faster_cipher_unproven_verdict(f, input, def, st, best, &reasons),
+                None => inconclusive_verdict(f, input, st, &reasons),
+            }
+        }
     }
 }
 
@@ -551,7 +591,7 @@ fn plain_tcp_remedy(way: Way, host: &str) -> Remedy {
         Way::Download => "CLIENT".to_string(),
     };
     Remedy::new(format!(
-        "For data that need not be private on a network you trust, skip SSH for the bulk stream: mbuffer over plain TCP (receiver {recv}, sender {send}), as syncoid's --insecure-direct-connection does. Not encrypted"
+        "Any single stream (zfs send, tar, a database dump): skip SSH for the bulk data and send it with mbuffer over plain TCP (receiver {recv}, sender {send}), as syncoid's --insecure-direct-connection does — not encrypted, so only on a network you trust or inside a WireGuard/VPN tunnel, which keeps it private without SSH's channel window"
     ))
     .on(Host::BothEnds)
     .with_command(format!(
@@ -559,12 +599,24 @@ fn plain_tcp_remedy(way: Way, host: &str) -> Remedy {
     ))
 }
 
-fn parallel_remedy(host: &str, per_stream: &str) -> Remedy {
-    Remedy::new(format!(
-        "Split the transfer across parallel SSH sessions: each gets its own {per_stream}, so N sessions carry about N times as much"
-    ))
-    .on(Host::Client)
-    .with_command(format!("ls SRC | xargs -P 4 -I{{}} rsync -a SRC/{{}} {host}:DEST/"))
+/// Parallel sessions, by what the user sends: a file tree splits into files (rsync), one
+/// `zfs send` stream cannot be split but each dataset is its own stream. A plain pipe from any
+/// other producer gets the mbuffer/HPN-SSH remedies instead.
+fn parallel_remedies(host: &str, per_stream: &str) -> Vec<Remedy> {
+    vec![
+        Remedy::new(format!(
+            "File trees (rsync, scp -r): split the transfer across parallel SSH sessions; each gets its own {per_stream}, so N sessions carry about N times as much"
+        ))
+        .on(Host::Client)
+        .with_command(format!("ls SRC | xargs -P 4 -I{{}} rsync -a SRC/{{}} {host}:DEST/")),
+        Remedy::new(format!(
+            "zfs send | ssh: one stream cannot be split, but each dataset is its own stream: send the datasets in parallel (parents received first), each with its own {per_stream}"
+        ))
+        .on(Host::Client)
+        .with_command(format!(
+            "zfs list -H -o name -t filesystem -r POOL/DATA | xargs -P 4 -I{{}} sh -c 'zfs send {{}}@SNAP | ssh {host} zfs receive -u -d BACKUP'"
+        )),
+    ]
 }
 
 fn cpu_verdict(
@@ -689,7 +741,7 @@ fn cpu_verdict(
             .on(Host::BothEnds)
             .with_command(format!("hpnssh -oCiphers=chacha20-poly1305-mt@hpnssh.org {} …", input.host)),
     )
-    .remedy(parallel_remedy(input.host, "CPU core for the cipher"))
+    .remedies(parallel_remedies(input.host, "CPU core for the cipher"))
     .remedy(
         Remedy::new("Decouple a bursty producer and consumer from SSH with mbuffer on both ends, so the cipher never waits on the disk")
             .on(Host::BothEnds)
@@ -761,7 +813,7 @@ fn window_verdict(
             Way::Download => format!("hpnssh {} …   # the server may keep stock OpenSSH", input.host),
         }),
     )
-    .remedy(parallel_remedy(input.host, "2 MiB window"))
+    .remedies(parallel_remedies(input.host, "2 MiB window"))
     .remedy(
         Remedy::new("scp/sftp: with a larger window, also lift their request pipeline (sftp -R requests, -B buffer) or use the legacy scp protocol")
             .on(Host::Client)
@@ -834,7 +886,7 @@ fn buffer_verdict(
         .on(host)
         .with_command(format!("sysctl -w net.ipv4.{key}=\"4096 {default} {max}\"")),
     )
-    .remedy(parallel_remedy(input.host, "TCP buffer"))
+    .remedies(parallel_remedies(input.host, "TCP buffer"))
 }
 
 fn network_verdict(
@@ -880,14 +932,13 @@ fn network_verdict(
     f
 }
 
-fn inconclusive_verdict(
-    f: Finding,
-    input: &DirectionInput<'_>,
+/// Why no limit was proven: each rule's figure against its threshold, and a busy machine.
+fn unexplained_reasons(
     st: &Steady,
     cpu: Option<(Side, f64)>,
     window_ratio: Option<f64>,
     raw: Option<f64>,
-) -> Finding {
+) -> Vec<String> {
     let mut reasons = Vec::new();
     match cpu {
         Some((side, s)) => reasons.push(format!(
@@ -924,6 +975,66 @@ fn inconclusive_verdict(
             ));
         }
     }
+    reasons
+}
+
+/// No limit proven, but a cipher measured clearly faster than the default: a hedged WARN with
+/// the figures and the cipher to try, instead of "rerun" on a host that is always busy.
+fn faster_cipher_unproven_verdict(
+    f: Finding,
+    input: &DirectionInput<'_>,
+    def: &Transfer,
+    st: &Steady,
+    best: &CipherResult,
+    reasons: &[String],
+) -> Finding {
+    let cipher = def.cipher().unwrap_or("the negotiated cipher");
+    let gain = best.rate_bps / st.rate_bps;
+    let mut f = f
+        .summary(format!(
+            "No limit could be proven: {}. But in this run {} moved {} ({}) where the default {cipher} moved {} ({}): {gain:.2}× as much. \
+             That points to the cipher's CPU cost — on a busy machine the crypto gets only part of a core, so the CPU rule cannot be proven from the process's share — \
+             but one run on a busy host can also be luck: try {} on a real transfer and keep it if it holds.",
+            reasons.join("; "),
+            best.cipher,
+            format_rate(best.rate_bps),
+            format_byte_rate(best.rate_bps / 8.0),
+            format_rate(st.rate_bps),
+            format_byte_rate(st.rate_bps / 8.0),
+            best.cipher,
+        ))
+        .requirement(format!(
+            "no limit proven, and a cipher measured ≥ {UNPROVEN_CIPHER_GAIN:.1}× the default's steady rate in the same run"
+        ))
+        .remedy(
+            Remedy::new(format!(
+                "Try {} for bulk transfers (per command, or for this host in ~/.ssh/config); keep it if a real transfer confirms the gain",
+                best.cipher
+            ))
+            .on(Host::Client)
+            .with_command(format!(
+                "ssh -c {} {} …\n{}",
+                best.cipher,
+                input.host,
+                config_cipher_line(input.host, &best.cipher)
+            )),
+        );
+    f.title = format!(
+        "SSH {}: {} measured {gain:.2}× faster than the default {cipher} ({} vs {}) — likely the cipher's CPU cost on a busy host (not proven)",
+        input.way.label(),
+        best.cipher,
+        format_rate(best.rate_bps),
+        format_rate(st.rate_bps)
+    );
+    f
+}
+
+fn inconclusive_verdict(
+    f: Finding,
+    input: &DirectionInput<'_>,
+    st: &Steady,
+    reasons: &[String],
+) -> Finding {
     let mut f = f.summary(format!(
         "SSH moved {} {}, but no single limit explains it: {}. Rerun when the machines are quieter; in a real transfer, also rule out the disk and the pipe around ssh.",
         format_rate(st.rate_bps),
@@ -1049,6 +1160,8 @@ mod tests {
             way,
             raw_bps: raw,
             raw_limit,
+            raw_whole_test_bps: raw.map(|r| r * 0.8),
+            raw_basis: raw.map(|_| "steady state (1.0–4.0 s)"),
             transfers,
             host: "nas",
             client_version: Some("OpenSSH_9.2p1 Debian-2"),
@@ -1096,6 +1209,19 @@ mod tests {
         let f = judge(Way::Download, Some(700e6), None, &t);
         assert_eq!(f.id, "ssh-window-limited");
         assert_eq!(f.remedies[0].host, Some(Host::Client));
+        // Remedies for what the user sends: a file tree splits into files, a zfs send stream
+        // into datasets, any stream can go over mbuffer (plain TCP or a WireGuard tunnel).
+        let says = |needle: &str| {
+            f.remedies.iter().any(|r| {
+                r.description.contains(needle)
+                    || r.command.as_deref().is_some_and(|c| c.contains(needle))
+            })
+        };
+        assert!(says("File trees (rsync, scp -r)") && says("xargs -P 4 -I{} rsync"));
+        assert!(says("zfs send | ssh: one stream cannot be split"));
+        assert!(says("zfs send {}@SNAP | ssh nas zfs receive"));
+        assert!(says("WireGuard") && says("mbuffer"));
+        assert!(says("HPN-SSH"));
         // Raw TCP not much faster: not a window verdict.
         let f = judge(Way::Download, Some(170e6), None, &t);
         assert_eq!(f.id, "ssh-network-limited");
@@ -1232,6 +1358,63 @@ mod tests {
         );
     }
 
+    /// Both ends on one busy host: no CPU limit can be proven (the crypto gets 40 % of a core), but
+    /// aes256-gcm measured 2× the default: a hedged WARN with both figures, not "rerun".
+    #[test]
+    fn busy_host_with_a_much_faster_cipher_gets_a_hedged_warn() {
+        let busy = |rate: f64| {
+            let mut st = steady(rate, 0.4, 0.35, 0.3);
+            st.client.host_busy = Some(1.0);
+            st.client.host_cpus = Some(2);
+            st
+        };
+        let chacha = "chacha20-poly1305@openssh.com";
+        let aes = "aes256-gcm@openssh.com";
+        let t = [
+            transfer(Way::Upload, None, chacha, busy(400e6)),
+            transfer(Way::Upload, Some(aes), aes, busy(800e6)),
+        ];
+        let f = judge(Way::Upload, Some(4e9), None, &t);
+        assert_eq!(
+            (f.id.as_str(), f.status),
+            ("ssh-cipher-faster-unproven", Status::Warn)
+        );
+        assert!(
+            f.title.contains("2.00× faster than the default"),
+            "{}",
+            f.title
+        );
+        assert!(f.title.contains("800 Mbit/s vs 400 Mbit/s"), "{}", f.title);
+        assert!(f.title.contains("not proven"), "{}", f.title);
+        assert!(
+            f.summary
+                .contains("every CPU of the client machine was busy"),
+            "{}",
+            f.summary
+        );
+        let cmd = f.remedies[0].command.as_deref().unwrap();
+        assert!(cmd.contains("Ciphers aes256-gcm@openssh.com,"), "{cmd}");
+        // Raw TCP is the steady state, as `check --throughput` gives it, the whole test beside it.
+        let raw = f
+            .evidence
+            .iter()
+            .find(|e| e.name.starts_with("raw TCP"))
+            .unwrap();
+        assert_eq!(raw.value, Quantity::Goodput(4e9));
+        let detail = raw.detail.as_deref().unwrap();
+        assert!(
+            detail.contains("steady state (1.0–4.0 s) as `check --throughput` judges it; 3.20 Gbit/s over the whole test incl. slow start"),
+            "{detail}"
+        );
+        // 1.2× is within the noise of a busy host: still inconclusive.
+        let t = [
+            transfer(Way::Upload, None, chacha, busy(400e6)),
+            transfer(Way::Upload, Some(aes), aes, busy(480e6)),
+        ];
+        let f = judge(Way::Upload, Some(4e9), None, &t);
+        assert_eq!(f.id, "ssh-limit-inconclusive");
+    }
+
     #[test]
     fn network_limited_passes_and_unexplained_is_inconclusive() {
         let t = [transfer(
@@ -1332,6 +1515,12 @@ mod tests {
         cut.to = cut.from + 0.2;
         let mut interrupted = transfer(Way::Upload, None, chacha, cut);
         interrupted.incomplete = Some(INTERRUPTED.into());
+        let dest = crate::SshDest::parse("nas").unwrap();
+        let mut idle_fail = pathdoc_core::Report::new("check", "nas");
+        idle_fail.findings.push(
+            Finding::new("idle", "tcp-idle-timeout", Status::Fail, "x")
+                .remedy(pathdoc_core::Remedy::new("ssh").with_command("ServerAliveInterval 60")),
+        );
         let seen: std::collections::BTreeSet<String> = [
             judge(Way::Upload, Some(93.8e6), None, &[interrupted]),
             not_started_finding(Way::Download),
@@ -1341,6 +1530,22 @@ mod tests {
             judge(Way::Upload, Some(93.8e6), None, &network),
             judge(Way::Upload, None, None, &[]),
             versions_finding(None, None),
+            judge(
+                Way::Upload,
+                Some(4e9),
+                None,
+                &[
+                    transfer(Way::Upload, None, chacha, steady(400e6, 0.5, 0.5, 0.3)),
+                    transfer(
+                        Way::Upload,
+                        Some("aes256-gcm@openssh.com"),
+                        "aes256-gcm@openssh.com",
+                        steady(800e6, 0.5, 0.5, 0.3),
+                    ),
+                ],
+            ),
+            crate::next_step::pathdoc_ssh_finding(&dest),
+            crate::next_step::keepalive_finding(&dest, &idle_fail).unwrap(),
         ]
         .into_iter()
         .map(|f| f.id)

@@ -94,6 +94,36 @@ impl SshDest {
             .unwrap_or(&self.destination)
     }
 
+    /// The plain `ssh` command a user types to reach the same user, host and port:
+    /// `ssh -p 2222 root@127.0.0.1` (the `-F`/`-i`/`-o` options kept too).
+    pub fn ssh_command(&self) -> String {
+        let mut cmd = String::from("ssh");
+        if let Some(f) = &self.config {
+            cmd.push_str(&format!(" -F {}", f.display()));
+        }
+        if let Some(i) = &self.identity {
+            cmd.push_str(&format!(" -i {}", i.display()));
+        }
+        for o in &self.options {
+            cmd.push_str(&format!(" -o {o}"));
+        }
+        if let Some(p) = self.port {
+            cmd.push_str(&format!(" -p {p}"));
+        }
+        cmd.push(' ');
+        cmd.push_str(&self.destination);
+        cmd
+    }
+
+    /// The host as known_hosts names it: `[127.0.0.1]:2222` for a port other than 22 (what
+    /// `ssh-keygen -R` needs), the bare host otherwise.
+    pub fn known_hosts_name(&self) -> String {
+        match self.port {
+            Some(p) if p != 22 => format!("[{}]:{p}", self.host()),
+            _ => self.host().to_string(),
+        }
+    }
+
     /// The user's options as `ssh` arguments (before pathdoc's own, so the user's win: for
     /// ssh options the first value given is the one used).
     pub fn option_args(&self) -> Vec<OsString> {

@@ -9,12 +9,29 @@ pub enum SshError {
     NoSsh(std::io::Error),
     #[error("bad SSH destination {spec:?}: {why}")]
     BadDestination { spec: String, why: String },
-    #[error("the host key of {host} does not match the one in known_hosts: ssh refused to connect (a man-in-the-middle, or the host was reinstalled). If the change is expected, remove the old key with `ssh-keygen -R {host}` and connect once with `ssh {host}` to check and accept the new one. ssh said: {detail}")]
-    HostKeyMismatch { host: String, detail: String },
-    #[error("the host key of {host} could not be verified (not in known_hosts, and ssh may not ask here): connect once with `ssh {host}` to check and accept it. ssh said: {detail}")]
-    HostKeyUnknown { host: String, detail: String },
-    #[error("{dest} refused the SSH login: {}. Check the user name and that `ssh {dest}` works without a password prompt (a key in ssh-agent or -i KEY)", detail.trim_end_matches('.'))]
-    LoginRefused { dest: String, detail: String },
+    #[error("the host key of {host} does not match the one in known_hosts: ssh refused to connect (a man-in-the-middle, or the host was reinstalled). If the change is expected, remove the old key with `ssh-keygen -R {known_hosts}` and connect once with `{ssh}` to check and accept the new one. ssh said: {detail}")]
+    HostKeyMismatch {
+        host: String,
+        /// The host's name in known_hosts: `[host]:port` for a port other than 22.
+        known_hosts: String,
+        /// The `ssh` command that reaches the same host, user and port.
+        ssh: String,
+        detail: String,
+    },
+    #[error("the host key of {host} could not be verified (not in known_hosts, and ssh may not ask here): connect once with `{ssh}` to check and accept it. ssh said: {detail}")]
+    HostKeyUnknown {
+        host: String,
+        /// The `ssh` command that reaches the same host, user and port.
+        ssh: String,
+        detail: String,
+    },
+    #[error("{dest} refused the SSH login: {}. Check the user name and that `{ssh}` works without a password prompt (a key in ssh-agent or -i KEY)", detail.trim_end_matches('.'))]
+    LoginRefused {
+        dest: String,
+        /// The `ssh` command that reaches the same host, user and port.
+        ssh: String,
+        detail: String,
+    },
     #[error("cannot connect to {dest} over SSH: {detail}")]
     Connect { dest: String, detail: String },
     #[error("{what} on {dest} did not finish within {after:?}{}", if detail.is_empty() { String::new() } else { format!(": {detail}") })]

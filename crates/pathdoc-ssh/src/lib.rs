@@ -10,7 +10,8 @@
 //! Modules: [`dest`] (destination, `ssh -G`), [`process`] (spawning ssh: deadlines, death with
 //! the parent, error classification), [`sshlog`] (`ssh -vv` facts), [`transfer`] (one measured
 //! transfer), [`steady`] (its steady-state summary), [`evidence`] (both ends' TCP_INFO and CPU;
-//! the far end's service), [`analysis`] (verdicts), [`error`].
+//! the far end's service), [`analysis`] (verdicts), [`next_step`] (the INFO findings that lead
+//! from `check --ssh` to `pathdoc ssh` and to a keepalive for this host), [`error`].
 //!
 //! The functions that start `ssh` children must run on a thread that outlives them (pathdoc's
 //! main thread): each child is tied to its parent thread with `PR_SET_PDEATHSIG`.
@@ -20,6 +21,7 @@ pub mod bootstrap;
 pub mod dest;
 pub mod error;
 pub mod evidence;
+pub mod next_step;
 pub mod process;
 pub mod sshlog;
 pub mod steady;
@@ -74,8 +76,16 @@ impl Default for SshCheckOptions {
 /// Raw TCP through the temporary server.
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct RawTcp {
+    /// Goodput in the steady state when the test had one (else over the whole test): the same
+    /// figure `check --throughput` judges.
     pub upload_bps: Option<f64>,
     pub download_bps: Option<f64>,
+    /// Goodput over the whole test, slow start included.
+    pub upload_whole_test_bps: Option<f64>,
+    pub download_whole_test_bps: Option<f64>,
+    /// What `*_bps` covers: "steady state (1.0–4.0 s)" or "whole test".
+    pub upload_basis: Option<String>,
+    pub download_basis: Option<String>,
     /// pathdoc-speed's own verdict on each raw stream (e.g. `receive-window-limited`).
     pub upload_limit: Option<String>,
     pub download_limit: Option<String>,
@@ -128,6 +138,14 @@ impl SshReport {
                 raw_limit: match way {
                     Way::Upload => self.raw_tcp.upload_limit.as_deref(),
                     Way::Download => self.raw_tcp.download_limit.as_deref(),
+                },
+                raw_whole_test_bps: match way {
+                    Way::Upload => self.raw_tcp.upload_whole_test_bps,
+                    Way::Download => self.raw_tcp.download_whole_test_bps,
+                },
+                raw_basis: match way {
+                    Way::Upload => self.raw_tcp.upload_basis.as_deref(),
+                    Way::Download => self.raw_tcp.download_basis.as_deref(),
                 },
                 transfers: &self.transfers,
                 host,
@@ -378,7 +396,15 @@ fn raw_tcp(
         ));
         match result {
             Ok(run) => {
-                let bps = run.directions.first().map(|d| d.goodput_bps);
+                // The steady state, as `check --throughput` judges it: the whole test would
+                // count slow start and understate the headroom over SSH on a long path.
+                let basis = run
+                    .directions
+                    .first()
+                    .map(pathdoc_speed::analysis::Basis::of);
+                let bps = basis.as_ref().map(|b| b.rate_bps);
+                let whole = run.directions.first().map(|d| d.goodput_bps);
+                let label_of_basis = basis.map(|b| b.label);
                 // The second finding of a direction is pathdoc-speed's "limited by" verdict.
                 let limit = run.directions.first().and_then(|d| {
                     pathdoc_speed::diagnose_direction(d)
@@ -386,15 +412,23 @@ fn raw_tcp(
                         .map(|f| f.id.clone())
                 });
                 if let Some(b) = bps {
-                    progress.note(&format!("ssh: raw TCP {label}: {} goodput", format_rate(b)));
+                    progress.note(&format!(
+                        "ssh: raw TCP {label}: {} goodput ({})",
+                        format_rate(b),
+                        label_of_basis.as_deref().unwrap_or("whole test")
+                    ));
                 }
                 match mode {
                     pathdoc_speed::Mode::Upload => {
                         report.raw_tcp.upload_bps = bps;
+                        report.raw_tcp.upload_whole_test_bps = whole;
+                        report.raw_tcp.upload_basis = label_of_basis;
                         report.raw_tcp.upload_limit = limit;
                     }
                     _ => {
                         report.raw_tcp.download_bps = bps;
+                        report.raw_tcp.download_whole_test_bps = whole;
+                        report.raw_tcp.download_basis = label_of_basis;
                         report.raw_tcp.download_limit = limit;
                     }
                 }

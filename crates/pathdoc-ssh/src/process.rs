@@ -158,18 +158,22 @@ pub fn classify(dest: &SshDest, run: &SshRun, what: &str) -> SshError {
     {
         return SshError::HostKeyMismatch {
             host,
+            known_hosts: dest.known_hosts_name(),
+            ssh: dest.ssh_command(),
             detail: tail(e),
         };
     }
     if e.contains("Host key verification failed") {
         return SshError::HostKeyUnknown {
             host,
+            ssh: dest.ssh_command(),
             detail: tail(e),
         };
     }
     if e.contains("Permission denied") || e.contains("Too many authentication failures") {
         return SshError::LoginRefused {
             dest: dest.destination.clone(),
+            ssh: dest.ssh_command(),
             detail: tail(e),
         };
     }
@@ -211,6 +215,31 @@ mod tests {
             stdout: String::new(),
             stderr: stderr.into(),
         }
+    }
+
+    #[test]
+    fn host_key_and_login_hints_keep_user_and_port() {
+        let d = SshDest::parse("root@127.0.0.1:2222").unwrap();
+        let mismatch =
+            "WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!\nHost key verification failed.\n";
+        let text = classify(&d, &run_with(mismatch, 255), "x").to_string();
+        assert!(text.contains("`ssh-keygen -R [127.0.0.1]:2222`"), "{text}");
+        assert!(text.contains("`ssh -p 2222 root@127.0.0.1`"), "{text}");
+        let unknown = "Host key verification failed.\r\n";
+        let text = classify(&d, &run_with(unknown, 255), "x").to_string();
+        assert!(
+            text.contains("connect once with `ssh -p 2222 root@127.0.0.1`"),
+            "{text}"
+        );
+        let denied = "root@127.0.0.1: Permission denied (publickey).\r\n";
+        let text = classify(&d, &run_with(denied, 255), "x").to_string();
+        assert!(
+            text.contains("`ssh -p 2222 root@127.0.0.1` works"),
+            "{text}"
+        );
+        let plain = SshDest::parse("nas:22").unwrap();
+        assert_eq!(plain.known_hosts_name(), "nas");
+        assert_eq!(plain.ssh_command(), "ssh -p 22 nas");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 pub mod cgroup;
 pub mod cpu_usage;
 pub mod icmp_counters;
+pub mod host_info;
 pub mod netns;
 pub mod nic;
 pub mod pmtu;

@@ -412,6 +412,7 @@ fn build_report(
     report
         .findings
         .sort_by_key(|f| std::cmp::Reverse(status_rank(f.status)));
+    crate::provenance::stamp(&mut report);
     report
 }
 

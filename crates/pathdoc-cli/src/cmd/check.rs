@@ -139,7 +139,9 @@ pub fn run(mut args: CheckArgs, global: Global) -> anyhow::Result<i32> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let mut report = runtime.block_on(run_plan(&args, &plan, &progress, global))?;
     report.target = remote.label(report.target);
+    remote.add_next_steps(&mut report);
     progress.finish();
+    crate::provenance::stamp(&mut report);
     let code = output::print_report(&report, global);
     if let Some(html) = html {
         html.write(&report)?;

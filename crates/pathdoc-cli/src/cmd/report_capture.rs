@@ -45,9 +45,68 @@ struct Series {
     first_ns: Option<i64>,
     client: String,
     /// Index 0: client→server data (with server ACKs), 1: server→client data (client ACKs).
-    segments: [Vec<Value>; 2],
-    acks: [Vec<Value>; 2],
-    truncated: [bool; 2],
+    segments: [Sampled; 2],
+    acks: [Sampled; 2],
+}
+
+/// A series kept to at most `MAX_POINTS` points that still spans the whole connection: every
+/// `stride`-th point is kept, and when the list fills, every other point is dropped and the
+/// stride doubles. Data and ACKs are sampled alike, so neither seems to stop halfway (a plain
+/// cap kept the first 10 000 of each, which end at different times). Points with analysis flags
+/// (retransmissions, dup ACKs) are always kept, up to the same bound.
+#[derive(Default)]
+struct Sampled {
+    points: Vec<Value>,
+    flagged: Vec<Value>,
+    stride: usize,
+    seen: usize,
+    /// Fewer points than packets were kept.
+    thinned: bool,
+}
+
+impl Sampled {
+    fn push(&mut self, v: Value, flagged: bool) {
+        if flagged {
+            if self.flagged.len() < MAX_POINTS / 2 {
+                self.flagged.push(v);
+            } else {
+                self.thinned = true;
+            }
+            return;
+        }
+        let stride = self.stride.max(1);
+        if self.seen.checked_rem(stride) == Some(0) {
+            self.points.push(v);
+        } else {
+            self.thinned = true;
+        }
+        self.seen += 1;
+        if self.points.len() >= MAX_POINTS / 2 {
+            // Keep indices 0, 2, 4, …: the points seen at multiples of the doubled stride.
+            let kept: Vec<Value> = std::mem::take(&mut self.points)
+                .into_iter()
+                .step_by(2)
+                .collect();
+            self.points = kept;
+            self.stride = stride * 2;
+            self.thinned = true;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.points.is_empty() && self.flagged.is_empty()
+    }
+
+    /// Every kept point in time order.
+    fn into_points(self) -> Vec<Value> {
+        let mut all = self.points;
+        all.extend(self.flagged);
+        all.sort_by(|a, b| {
+            let t = |v: &Value| v.get("t").and_then(Value::as_f64).unwrap_or(0.0);
+            t(a).total_cmp(&t(b))
+        });
+        all
+    }
 }
 
 fn flag_names(flags: Flags) -> Vec<&'static str> {
@@ -56,14 +115,6 @@ fn flag_names(flags: Flags) -> Vec<&'static str> {
         .filter(|(bit, _)| flags.has(*bit))
         .map(|(_, name)| *name)
         .collect()
-}
-
-fn push(list: &mut Vec<Value>, truncated: &mut bool, v: Value) {
-    if list.len() < MAX_POINTS {
-        list.push(v);
-    } else {
-        *truncated = true;
-    }
 }
 
 fn add_time_sequences(report: &mut Report, capture: usize, file: &str) -> anyhow::Result<()> {
@@ -114,14 +165,19 @@ fn add_time_sequences(report: &mut Report, capture: usize, file: &str) -> anyhow
         else {
             continue;
         };
-        let series: Vec<Value> = (0..2)
-            .filter(|&d| !s.segments[d].is_empty())
-            .map(|d| {
+        let Series { segments, acks, .. } = s;
+        let series: Vec<Value> = segments
+            .into_iter()
+            .zip(acks)
+            .enumerate()
+            .filter(|(_, (segs, _))| !segs.is_empty())
+            .map(|(d, (segs, acks))| {
+                let truncated = segs.thinned || acks.thinned;
                 json!({
                     "direction": if d == 0 { "client-to-server" } else { "server-to-client" },
-                    "segments": s.segments[d],
-                    "acks": s.acks[d],
-                    "truncated": s.truncated[d],
+                    "segments": segs.into_points(),
+                    "acks": acks.into_points(),
+                    "truncated": truncated,
                 })
             })
             .collect();
@@ -136,21 +192,51 @@ fn record(s: &mut Series, r: &PacketRecord) {
     let from_client = r.src.to_string() == s.client;
     let (data_dir, ack_dir) = if from_client { (0, 1) } else { (1, 0) };
     let flags = flag_names(r.flags);
+    let flagged = !flags.is_empty();
     if r.seg_len > 0 {
-        let (list, truncated) = (&mut s.segments[data_dir], &mut s.truncated[data_dir]);
-        push(
-            list,
-            truncated,
+        s.segments[data_dir].push(
             json!({ "t": t, "seq": r.rel_seq, "len": r.seg_len, "flags": flags }),
+            flagged,
         );
     }
     // An ACK from this side acknowledges the other side's data.
     if r.tcp_flags & TCP_ACK != 0 {
-        let (list, truncated) = (&mut s.acks[ack_dir], &mut s.truncated[ack_dir]);
-        push(
-            list,
-            truncated,
-            json!({ "t": t, "ack": r.rel_ack, "flags": flags }),
+        s.acks[ack_dir].push(json!({ "t": t, "ack": r.rel_ack, "flags": flags }), flagged);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection with 4× more data segments than ACKs: both series still reach its end.
+    #[test]
+    fn data_and_acks_are_sampled_over_the_same_span() {
+        let (mut data, mut acks) = (Sampled::default(), Sampled::default());
+        let n = 40_000;
+        for i in 0..n {
+            let t = f64::from(i) / 1000.0;
+            data.push(json!({ "t": t, "seq": i }), false);
+            if i % 4 == 0 {
+                acks.push(json!({ "t": t, "ack": i }), false);
+            }
+        }
+        data.push(
+            json!({ "t": 0.5, "seq": 1, "flags": ["retransmission"] }),
+            true,
         );
+        assert!(data.thinned);
+        let last = |p: &[Value]| p.last().unwrap()["t"].as_f64().unwrap();
+        let (d, a) = (data.into_points(), acks.into_points());
+        assert!(
+            d.len() <= MAX_POINTS && a.len() <= MAX_POINTS,
+            "{} {}",
+            d.len(),
+            a.len()
+        );
+        let end = f64::from(n - 1) / 1000.0;
+        assert!(end - last(&d) < 0.05 * end, "data stops at {}", last(&d));
+        assert!(end - last(&a) < 0.05 * end, "acks stop at {}", last(&a));
+        assert!(d.iter().any(|p| p["flags"][0] == "retransmission"));
     }
 }

@@ -165,7 +165,9 @@ pub fn run(mut args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
         Ok::<_, anyhow::Error>(report)
     })?;
     report.target = remote.label(report.target);
+    remote.add_next_steps(&mut report);
     progress.finish();
+    crate::provenance::stamp(&mut report);
     let code = output::print_report(&report, global);
     if let Some(html) = html {
         html.write(&report)?;

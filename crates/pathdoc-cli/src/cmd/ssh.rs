@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use pathdoc_core::Report;
-use pathdoc_ssh::{SshCheckOptions, SshDest};
+use pathdoc_ssh::{next_step, SshCheckOptions, SshDest};
 use tokio_util::sync::CancellationToken;
 
 use crate::progress::TerminalProgress;
@@ -75,8 +75,8 @@ pub enum SshStart {
     /// A temporary server runs; keep this guard alive until the report is printed.
     Started {
         _guard: Box<pathdoc_ssh::RemoteServer>,
-        /// The far end as the user wrote it (`backup@nas`).
-        destination: String,
+        /// The far end as the user wrote it (`backup@nas`, port and ssh options).
+        dest: Box<SshDest>,
     },
     /// `--ssh-clean` ran; exit with this code.
     Cleaned(i32),
@@ -86,9 +86,28 @@ impl SshStart {
     /// The report's target: the name the user gave, not only the temporary server's address.
     pub fn label(&self, target: String) -> String {
         match self {
-            SshStart::Started { destination, .. } => format!("{destination} over SSH ({target})"),
+            SshStart::Started { dest, .. } => {
+                format!("{} over SSH ({target})", pathdoc_ssh::next_step::spec(dest))
+            }
             _ => target,
         }
+    }
+
+    /// The next steps a run through `--ssh` leads to, as INFO findings: `pathdoc ssh` for SSH
+    /// transfers to this host, and after an idle FAIL the keepalive for this host's ssh config.
+    pub fn add_next_steps(&self, report: &mut pathdoc_core::Report) {
+        let SshStart::Started { dest, .. } = self else {
+            return;
+        };
+        if report.interrupted || report.could_not_run() {
+            return;
+        }
+        if let Some(f) = pathdoc_ssh::next_step::keepalive_finding(dest, report) {
+            report.findings.push(f);
+        }
+        report
+            .findings
+            .push(pathdoc_ssh::next_step::pathdoc_ssh_finding(dest));
     }
 }
 
@@ -123,7 +142,7 @@ pub fn prepare_target(
         progress,
         &format!(
             "ssh: temporary pathdoc server on {} at {} ({})",
-            dest.destination,
+            pathdoc_ssh::next_step::spec(&dest),
             remote.addr,
             match remote.source {
                 pathdoc_ssh::bootstrap::BinarySource::Installed => "its installed pathdoc",
@@ -137,7 +156,7 @@ pub fn prepare_target(
     target.auth_token = Some(remote.token.clone());
     Ok(SshStart::Started {
         _guard: Box::new(remote),
-        destination: dest.destination.clone(),
+        dest: Box::new(dest),
     })
 }
 
@@ -145,29 +164,41 @@ pub fn prepare_target(
 /// which `pathdoc report` would try to read back (docs/output.md).
 pub const SSH_CLEAN_SCHEMA: &str = "pathdoc.ssh-clean/1";
 
-fn clean_document(
-    destination: &str,
-    done: &pathdoc_ssh::bootstrap::CleanReport,
-) -> serde_json::Value {
-    serde_json::json!({
-        "schema": SSH_CLEAN_SCHEMA,
-        "pathdoc_version": env!("CARGO_PKG_VERSION"),
-        "command": "ssh-clean",
-        "target": destination,
-        "cache_dir": done.cache_dir,
-        "removed": done.removed,
-    })
+/// The `--ssh-clean --json` document, fields in this order (schema first, as every document).
+#[derive(serde::Serialize)]
+struct CleanDocument<'a> {
+    schema: &'static str,
+    pathdoc_version: &'static str,
+    command: &'static str,
+    target: &'a str,
+    cache_dir: &'a str,
+    removed: u64,
+}
+
+fn clean_document(destination: &str, done: &pathdoc_ssh::bootstrap::CleanReport) -> String {
+    let doc = CleanDocument {
+        schema: SSH_CLEAN_SCHEMA,
+        pathdoc_version: env!("CARGO_PKG_VERSION"),
+        command: "ssh-clean",
+        target: destination,
+        cache_dir: &done.cache_dir,
+        removed: done.removed,
+    };
+    // Pretty, like every other document pathdoc prints.
+    serde_json::to_string_pretty(&doc).unwrap_or_else(|_| "{}".into())
 }
 
 /// `--ssh-clean`: remove the cached binary on the far end.
 pub fn clean(dest: &SshDest, global: Global) -> anyhow::Result<i32> {
     let done = pathdoc_ssh::clean(dest, Duration::from_secs(60))?;
     if global.json {
-        println!("{}", clean_document(&dest.destination, &done));
+        crate::outln!("{}", clean_document(&next_step::spec(dest), &done));
     } else {
-        println!(
+        crate::outln!(
             "removed {} cached pathdoc file(s) from {}:{}",
-            done.removed, dest.destination, done.cache_dir
+            done.removed,
+            next_step::spec(dest),
+            done.cache_dir
         );
     }
     Ok(0)
@@ -204,13 +235,14 @@ pub fn run(args: SshArgs, global: Global) -> anyhow::Result<i32> {
     let result = pathdoc_ssh::run(&dest, &opts, &runtime, &progress, &cancel);
     progress.finish();
     let measured = result?;
-    let mut report = Report::new("ssh", dest.destination.clone());
+    let mut report = Report::new("ssh", pathdoc_ssh::next_step::spec(&dest));
     report.interrupted = measured.interrupted;
     report.findings = measured.findings(dest.host());
     report.data.insert(
         "ssh".into(),
         serde_json::to_value(&measured).context("encoding the SSH measurements")?,
     );
+    crate::provenance::stamp(&mut report);
     let code = output::print_report(&report, global);
     if let Some(html) = html {
         html.write(&report)?;
@@ -230,7 +262,13 @@ mod tests {
             cache_dir: "/home/u/.cache/pathdoc".into(),
             removed: 1,
         };
-        let doc = clean_document("u@nas", &done);
+        let text = clean_document("u@nas", &done);
+        // Schema first and pretty, like every other document (was compact, keys sorted).
+        assert!(
+            text.starts_with("{\n  \"schema\": \"pathdoc.ssh-clean/1\",\n  \"pathdoc_version\""),
+            "{text}"
+        );
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(doc["schema"], "pathdoc.ssh-clean/1");
         assert_ne!(doc["schema"], pathdoc_core::report::SCHEMA_VERSION);
         assert_eq!(doc["command"], "ssh-clean");

@@ -144,7 +144,15 @@ fn ssh_bootstrap_gives_the_manual_servers_findings_and_leaves_only_the_cache() {
         target.starts_with("server over SSH (203.0.113.10:"),
         "{target}"
     );
-    assert_eq!(outcome(&via_ssh), outcome(&manual));
+    // The same verdicts, and the next step: `pathdoc ssh` to this host with the ssh options kept.
+    let next = find(&via_ssh, "ssh-next-step").expect("a next step after check --ssh");
+    assert_eq!(next["status"], "info");
+    let title = next["title"].as_str().unwrap();
+    let expected = format!("`pathdoc ssh server -F {}`", l.config());
+    assert!(title.contains(&expected), "{title}");
+    let mut without_next: Vec<String> = outcome(&via_ssh);
+    without_next.retain(|o| o != "ssh-next-step=info");
+    assert_eq!(without_next, outcome(&manual));
     assert!(!outcome(&manual).is_empty());
     l.assert_far_end_clean(Duration::from_secs(5));
     // The copy stays in the far end's cache (and is reused), until --ssh-clean removes it; the
@@ -164,6 +172,11 @@ fn ssh_bootstrap_gives_the_manual_servers_findings_and_leaves_only_the_cache() {
         outcome(&speed)
             .iter()
             .any(|i| i.starts_with("upload-rate=")),
+        "{:?}",
+        outcome(&speed)
+    );
+    assert!(
+        find(&speed, "ssh-next-step").is_some(),
         "{:?}",
         outcome(&speed)
     );

@@ -197,6 +197,31 @@ fn usage_errors_are_one_line_and_exit_2() {
     }
 }
 
+/// clap's "did you mean" survives the one-line format, and a negative duration is named as
+/// one (clap alone says "unexpected argument '-5' found").
+#[test]
+fn mistypes_get_suggestions_and_negative_values_their_own_message() {
+    for (args, expected) in [
+        (&["chek", "host"][..], "unrecognized subcommand 'chek'; did you mean `check`?"),
+        (&["check", "host", "--jsonn"], "unexpected argument '--jsonn' found; did you mean `--json`?"),
+        (
+            &["check", "host", "--idle-max", "-5s"],
+            "invalid value '-5s' for '--idle-max <DURATION>': negative values are not accepted; --idle-max takes a positive duration such as 30s, 10min or 2h10m",
+        ),
+        (
+            &["speed", "host", "-t", "-3s"],
+            "invalid value '-3s' for '--time <DURATION>': negative values are not accepted",
+        ),
+    ] {
+        let out = pathdoc(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+        json_error(args, "usage");
+    }
+}
+
 #[test]
 fn options_are_checked_before_any_network_work() {
     // A dead server and an invalid option of a check that would run last: the option is

@@ -214,3 +214,61 @@ fn a_server_lost_halfway_keeps_the_finished_upload() {
     // (loopback is CPU-bound), never "could not run" (2).
     assert!(code == 3 || code == 1, "{code} {ids:?}");
 }
+
+/// Every report says when, where and how it was made; the auth token never reaches it, and
+/// `pathdoc report` shows the saved provenance rather than its own.
+#[test]
+fn reports_carry_provenance_without_the_auth_token() {
+    let s = server_with(&["--auth-token", "s3cret-token"]);
+    let (code, out, err) = speed(&[
+        &s.1.to_string(),
+        "--auth-token",
+        "s3cret-token",
+        "--bytes",
+        "1MiB",
+        "--json",
+    ]);
+    let report = parse_report(code, &out, &err);
+    assert!(!out.contains("s3cret-token"), "{out}");
+    let p = &report["provenance"];
+    let started = p["started"].as_str().unwrap();
+    // ISO 8601 with the zone offset: 2026-11-26T15:54:05+01:00
+    assert_eq!(started.len(), 25, "{started}");
+    assert!(matches!(&started[19..20], "+" | "-"), "{started}");
+    let took = p["duration_s"].as_f64().unwrap();
+    assert!((0.0..30.0).contains(&took), "{took}");
+    assert_eq!(p["pathdoc_version"], env!("CARGO_PKG_VERSION"));
+    assert!(!p["commit"].as_str().unwrap().is_empty());
+    assert!(!p["hostname"].as_str().unwrap().is_empty());
+    assert!(p["os"].as_str().unwrap().starts_with("Linux "), "{p}");
+    let argv: Vec<&str> = p["command_line"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        argv[0].ends_with("pathdoc") && argv[1] == "speed",
+        "{argv:?}"
+    );
+    let at = argv.iter().position(|a| *a == "--auth-token").unwrap();
+    assert_eq!(argv[at + 1], "<redacted>");
+    assert_eq!(argv.last(), Some(&"--json"));
+
+    // Read back later: the saved run's provenance, in the text footer too.
+    let saved = std::env::temp_dir().join(format!("pathdoc-prov-{}.json", std::process::id()));
+    std::fs::write(&saved, &out).unwrap();
+    let mut cmd = Command::new(PATHDOC);
+    cmd.arg("report").arg(&saved);
+    let (_, text, err) = run(cmd, Duration::from_secs(10));
+    let _ = std::fs::remove_file(&saved);
+    assert!(
+        text.contains(&format!("Run: {started} for ")),
+        "{text}{err}"
+    );
+    assert!(
+        text.contains("Command: ") && text.contains("--auth-token '<redacted>'"),
+        "{text}"
+    );
+    assert!(text.contains("\nBottom line"), "{text}");
+}
