@@ -1,8 +1,8 @@
 //! Linux kernel access for pathdoc: TCP_INFO, socket options, network namespaces, sysctls.
 pub mod cgroup;
 pub mod cpu_usage;
-pub mod icmp_counters;
 pub mod host_info;
+pub mod icmp_counters;
 pub mod netns;
 pub mod nic;
 pub mod pmtu;
