@@ -255,6 +255,13 @@ fn finding(s: &mut String, i: usize, f: &Finding) {
     s.push_str("</article>\n");
 }
 
+/// An end's network interface, as the MTU check found it (the facts seed 003's admin had to ask
+/// for by hand: driver, offloads, virtual machine).
+fn nic_note(nic: Option<&str>) -> String {
+    nic.map(|n| format!("network interface {}", esc(n)))
+        .unwrap_or_default()
+}
+
 fn path_section(s: &mut String, path: &PathInfo) {
     s.push_str("<section id=\"path\">\n<h2>The path</h2>\n");
     s.push_str(
@@ -263,14 +270,15 @@ fn path_section(s: &mut String, path: &PathInfo) {
     );
     let _ = writeln!(
         s,
-        "<tr><td>client</td><td>{}</td><td>this computer</td><td></td></tr>",
+        "<tr><td>client</td><td>{}</td><td>this computer</td><td>{}</td></tr>",
         path.client_public
             .as_deref()
             .map(|a| format!(
                 "{} <span class=\"note\">(as the server saw it)</span>",
                 esc(a)
             ))
-            .unwrap_or_else(|| "—".into())
+            .unwrap_or_else(|| "—".into()),
+        nic_note(path.client_nic.as_deref())
     );
     for h in &path.hops {
         let _ = writeln!(
@@ -296,9 +304,10 @@ fn path_section(s: &mut String, path: &PathInfo) {
     }
     let _ = writeln!(
         s,
-        "<tr><td>server</td><td>{}</td><td>{}</td><td></td></tr>",
+        "<tr><td>server</td><td>{}</td><td>{}</td><td>{}</td></tr>",
         esc(&path.server),
-        esc(path.server_kind)
+        esc(path.server_kind),
+        nic_note(path.server_nic.as_deref())
     );
     s.push_str("</tbody>\n</table>\n");
     if path.hops.is_empty() {

@@ -23,6 +23,10 @@ pub struct PathInfo {
     pub server_kind: &'static str,
     /// The client's address and port as the server saw it (after any NAT).
     pub client_public: Option<String>,
+    /// Each end's network interface in words ("eth0: driver 8139cp, MTU 1500 B, TSO on, …;
+    /// KVM/QEMU guest"), from the MTU check.
+    pub client_nic: Option<String>,
+    pub server_nic: Option<String>,
     pub hops: Vec<Hop>,
 }
 
@@ -41,6 +45,14 @@ impl PathInfo {
                 .read()
                 .and_then(|m| m.client_observed.clone())
                 .or_else(|| idle.read().and_then(|i| i.public_addr.clone())),
+            client_nic: mtu
+                .read()
+                .and_then(|m| m.client_nic.as_ref())
+                .map(|n| n.describe()),
+            server_nic: mtu
+                .read()
+                .and_then(|m| m.server_nic.as_ref())
+                .map(|n| n.describe()),
             hops: Vec::new(),
         };
         if let Some(idle) = idle.read() {
@@ -204,5 +216,33 @@ mod tests {
         assert!(p.hops[0].notes[1].contains("hop 1 forgets"));
         assert!(p.hops[1].kind().unwrap().contains("carrier"));
         assert!(p.hops[0].kind().unwrap().contains("private"));
+    }
+
+    #[test]
+    fn both_ends_network_interfaces_go_in_the_path_table() {
+        let mut r = Report::new("check", "203.0.113.10:7224");
+        r.data.insert(
+            "mtu".into(),
+            serde_json::json!({
+                "server_nic": {"iface": "ens3", "driver": "8139cp", "mtu": 1500, "tso": true,
+                    "gso": true, "gro": false, "machine": "KVM/QEMU guest"},
+                "client_nic": {"iface": "eth0", "driver": "<b>e1000e</b>", "machine": "no virtual machine seen"}
+            }),
+        );
+        let p = PathInfo::from_report(&r);
+        assert_eq!(
+            p.server_nic.as_deref(),
+            Some("ens3: driver 8139cp, MTU 1500 B, TSO on, GSO on, GRO off; KVM/QEMU guest")
+        );
+        let page = crate::page::page(&r, &[], &p);
+        assert!(
+            page.contains("network interface ens3: driver 8139cp, MTU 1500 B, TSO on"),
+            "server row"
+        );
+        // Text from the report is escaped like every other value.
+        assert!(page.contains("driver &lt;b&gt;e1000e&lt;/b&gt;") && !page.contains("<b>e1000e"));
+        // Without the facts (an older report), the rows stay as they were.
+        let old = PathInfo::from_report(&Report::new("check", "x"));
+        assert!(old.server_nic.is_none() && old.client_nic.is_none());
     }
 }

@@ -272,6 +272,9 @@ pub struct Mtu {
     pub client_observed: Option<String>,
     pub up: Option<MtuDirection>,
     pub down: Option<MtuDirection>,
+    /// The interface each end's bulk download used: driver, offloads, MTU, VM (seed 003).
+    pub server_nic: Option<pathdoc_core::nic::NicFacts>,
+    pub client_nic: Option<pathdoc_core::nic::NicFacts>,
 }
 
 #[derive(Debug, Default, Deserialize)]
