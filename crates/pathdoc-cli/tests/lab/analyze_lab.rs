@@ -315,6 +315,14 @@ fn record(lab: &Lab, scenario: &str, dir: &Scratch) -> Vec<PathBuf> {
         "ssh-window-limited" | "ssh-cpu-limited" => {
             traffic::iperf3(lab, "client", "server", 1, false, &["-b", "100M"]).unwrap();
         }
+        // A download through the 20 Mbit/s policer (its losses and repairs), an upload into
+        // the 500 ms queue.
+        "policed-line" => {
+            traffic::iperf3(lab, "client", "server", 2, true, &["-C", "cubic"]).unwrap();
+        }
+        "bloated-uplink" => {
+            traffic::iperf3(lab, "client", "server", 2, false, &["-C", "cubic"]).unwrap();
+        }
         other => panic!("no traffic recipe for scenario {other}"),
     }
     c.stop().unwrap();
@@ -726,6 +734,11 @@ fn vxlan_encapsulated_download_is_analysed() {
             "-t",
             "1",
             "-R",
+            // Paced: the test is about decapsulation. Unpaced on an unshaped veth, the download
+            // runs as fast as two busy cores allow and loses real packets (CI saw 3.2 % beside
+            // other lab tests), which analyze then rightly reports.
+            "-b",
+            "100M",
             "--connect-timeout",
             "3000",
         ])
@@ -739,10 +752,21 @@ fn vxlan_encapsulated_download_is_analysed() {
     cap.stop().unwrap();
     lab.down().unwrap();
     drop(c);
-    assert_agrees_with_tshark(&outer);
+    let flags = assert_agrees_with_tshark(&outer);
     let (_, report) = analyze_json(&[&outer]);
     let totals = &report["data"]["analyze"]["captures"][0]["totals"];
     assert!(totals["tcp_packets"].as_u64().unwrap() > 100, "{totals:#}");
     assert_eq!(totals["connections"], 2, "{totals:#}"); // iperf3's control and data connections
-    assert!(problems(&report).is_empty(), "{:?}", problems(&report));
+                                                        // The kernel's VXLAN path on two busy cores does drop a few percent now and then (seen in
+                                                        // 2 of 3 runs, also paced). Then a loss finding is the truth, and tshark must see the same
+                                                        // repairs; any other warning, or loss tshark does not see, is a false finding.
+    let tshark_saw_loss = ["retransmission", "lost_segment", "duplicate_ack"]
+        .iter()
+        .any(|f| flags.get(*f).copied().unwrap_or(0) > 0);
+    for problem in problems(&report) {
+        assert!(
+            problem.contains("tcp-loss-one-direction") && tshark_saw_loss,
+            "{problem} (tshark's flags: {flags:?})"
+        );
+    }
 }
