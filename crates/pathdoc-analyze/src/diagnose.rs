@@ -210,12 +210,46 @@ fn loss(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
     } else {
         String::new()
     };
+    let size_text = match size_capped(c, s, &count) {
+        Some((largest, full)) => {
+            f = f.evidence(
+                Evidence::new(
+                    format!("largest packet of the {} that arrived here", s.sender),
+                    Quantity::Bytes(u64::from(largest)),
+                )
+                .with_detail(format!(
+                    "a full-size packet for the connection's MSS is {full} B; none arrived"
+                )),
+            );
+            format!(
+                " No full-size packet ({full} B) of the {} ever arrived here, only packets of at most {largest} B: the loss may depend on size (an MTU the sender does not honour: a PMTUD black hole, or a NIC whose segmentation offload ignores the MTU). `pathdoc check --mtu` from here tells.",
+                s.sender
+            )
+        }
+        None => String::new(),
+    };
     f = f.summary(format!(
-        "{where_}{} Segments are dropped {} somewhere on the path.{explains_text} Typical causes of loss in one direction: a duplex mismatch (one end half duplex: late collisions, errors on the port), a policer or shaper dropping bursts, a faulty cable, NIC or transceiver, or a congested uplink.",
+        "{where_}{} Segments are dropped {} somewhere on the path.{explains_text}{size_text} Typical causes of loss in one direction: a duplex mismatch (one end half duplex: late collisions, errors on the port), a policer or shaper dropping bursts, a faulty cable, NIC or transceiver, or a congested uplink.",
         vantage_text(s, &count, dupacks),
         s.dir.arrow()
     ));
     out.push(loss_remedies(f, s));
+}
+
+/// Downstream of loss, a direction in which no full-size packet for the connection's MSS ever
+/// arrived: `(largest arrived, full size)` in bytes. Needs both SYNs' MSS and enough segments
+/// that a bulk sender would have sent full-size ones.
+fn size_capped(c: &ConnSummary, s: &Side<'_>, count: &LossCount) -> Option<(u32, u32)> {
+    let tx = s.tx;
+    let mss = u32::from(s.rx.syn_options?.mss?.min(tx.syn_options?.mss?));
+    let full = mss + if c.ip_version == 6 { 60 } else { 40 };
+    let largest = tx.max_ip_packet_bytes;
+    (count.upstream >= 5
+        && count.data_segments >= 50
+        && largest > 0
+        && largest < full
+        && tx.segments_over_peer_mss == 0)
+        .then_some((largest, full))
 }
 
 /// The counts behind a loss finding, split by side of the capture point.
@@ -705,6 +739,15 @@ fn pmtu(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) -> bool {
     if big_stall.is_some() && !ignored_too_big && !small_pass && tx.icmp_too_big == 0 {
         // Everything stopped, small packets too: a dead path or peer, not an MTU problem.
         return false;
+    }
+    if !ignored_too_big
+        && ((acked >= lost_size && tx.segments_over_peer_mss == 0) || tx.gaps.fill_segments > 0)
+    {
+        // A packet at least as big as the stalled one was acknowledged, or the capture sits
+        // downstream of loss (holes filled later) so the "stalled" packet did arrive here and
+        // only waits on an earlier hole: size is not shown to be what stops it, and a black
+        // hole would contradict the capture. Loss analysis speaks instead.
+        return receiver_side_black_hole(c, s, out);
     }
     let tso = tx.segments_over_peer_mss > 0;
     let mtu_icmp = tx.icmp_too_big_mtu;

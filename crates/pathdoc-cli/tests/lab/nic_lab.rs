@@ -218,7 +218,11 @@ fn analyze_sees_the_nic_fault_from_near_the_server() {
         .collect();
     lab.down().unwrap();
     let reports: Vec<(i32, Value)> = files.iter().map(|f| analyze_json(f)).collect();
-    let _ = std::fs::remove_dir_all(&dir);
+    if std::env::var_os("KEEPPCAP").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        eprintln!("kept {}", dir.display());
+    }
     let has = |i: usize, want: &str| {
         let (code, r) = &reports[i];
         assert_eq!(*code, 1, "{}: {:?}", points[i].0, statuses(r));
@@ -237,7 +241,21 @@ fn analyze_sees_the_nic_fault_from_near_the_server() {
     has(1, "pmtud-too-big-ignored=fail");
     let f = support::find(&reports[1].1, "pmtud-too-big-ignored").unwrap();
     assert!(f["title"].as_str().unwrap().contains("1420"), "{f:#}");
-    // At the client only what got through is seen: big packets vanish, and whether ICMP reached
-    // the server cannot be told from there.
-    has(2, "pmtud-black-hole=fail");
+    // At the client only what got through is seen, and whether ICMP reached the server cannot be
+    // told from there. The server's fresh bursts die (the NIC's 1500-byte frames) while its
+    // single-segment retransmissions fit: the client sees holes filled later. Either some bytes
+    // never arrive by the end of the capture (a receiver-side black hole) or every hole is
+    // filled (one-direction loss, which then names the size cap). 17 of 18 kept captures were
+    // the second kind; a black-hole claim from a stall whose packet did arrive here is wrong.
+    let (code, r) = &reports[2];
+    assert_eq!(*code, 1, "client: {:?}", statuses(r));
+    if let Some(f) = support::find(r, "tcp-loss-one-direction") {
+        assert_eq!(f["status"], "fail", "{f:#}");
+        let text = f.to_string();
+        assert!(text.contains("No full-size packet (1500 B)"), "{f:#}");
+    } else {
+        has(2, "pmtud-black-hole=fail");
+        let f = support::find(r, "pmtud-black-hole").unwrap();
+        assert!(f["title"].as_str().unwrap().contains("never arrived here"), "{f:#}");
+    }
 }
