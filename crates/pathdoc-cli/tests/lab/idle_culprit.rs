@@ -66,6 +66,7 @@ fn run_chain(test: &str, hop1: u32, hop2: u32) -> Value {
 
 #[test]
 fn home_nat_forgets_first_and_the_cgn_timeout_is_measured_too() {
+    let _shared = crate::support::shared();
     let report = run_chain("home", 4, 12);
     let f = finding(&report, "tcp-idle-culprit-hop");
     assert_eq!(f["status"], "fail", "{f:#}");
@@ -87,6 +88,7 @@ fn home_nat_forgets_first_and_the_cgn_timeout_is_measured_too() {
 
 #[test]
 fn carrier_nat_forgets_first_and_the_home_nat_timeout_is_measured_too() {
+    let _shared = crate::support::shared();
     let report = run_chain("cgn", 12, 4);
     let f = finding(&report, "tcp-idle-culprit-hop");
     assert_eq!(f["status"], "fail", "{f:#}");
@@ -108,6 +110,7 @@ fn carrier_nat_forgets_first_and_the_home_nat_timeout_is_measured_too() {
 /// (it used to vanish when the culprit groups ran into the run's deadline).
 #[test]
 fn five_nat_chain_far_nat_is_named_at_its_hop_and_keepalives_are_judged() {
+    let _shared = crate::support::shared();
     let mut toml = String::from("description = \"five NATs; hop 5 forgets first\"\n");
     for timeout in [600, 600, 600, 600, 4] {
         toml.push_str(&format!(

@@ -38,6 +38,7 @@ fn nat(strict: bool, established: u32) -> Topology {
 
 #[test]
 fn strict_nat_timeout_is_found_within_the_resolution_and_early() {
+    let _shared = crate::support::shared();
     let l = ServerLab::up(STEM, "strict", &nat(true, 5));
     // UDP finishes its own ladders (up to the horizon here), so the TCP early stop is timed
     // without it.
@@ -82,6 +83,7 @@ fn strict_nat_timeout_is_found_within_the_resolution_and_early() {
 
 #[test]
 fn clean_path_gives_no_false_alarm() {
+    let _shared = crate::support::shared();
     let l = ServerLab::up(STEM, "clean", &Topology::scenario("clean").unwrap());
     let (code, report, _) = check(&l, &["--idle-max", "8s", "--idle-resolution", "1s"]);
     for f in report["findings"].as_array().unwrap() {
@@ -106,6 +108,7 @@ fn clean_path_gives_no_false_alarm() {
 
 #[test]
 fn loose_nat_rebuilds_state_for_client_initiated_probes_only() {
+    let _shared = crate::support::shared();
     let l = ServerLab::up(STEM, "loose", &nat(false, 4));
     let (_, report, _) = check(&l, &["--idle-max", "10s", "--idle-resolution", "1s"]);
     assert_eq!(finding(&report, "tcp-idle-timeout")["status"], "fail");
@@ -123,6 +126,7 @@ fn loose_nat_rebuilds_state_for_client_initiated_probes_only() {
 
 #[test]
 fn control_outage_is_flagged_not_read_as_a_timeout() {
+    let _shared = crate::support::shared();
     let l = ServerLab::up(STEM, "outage", &Topology::scenario("clean").unwrap());
     let l_ref = &l;
     let (code, report, _) = std::thread::scope(|s| {
@@ -166,6 +170,7 @@ fn control_outage_is_flagged_not_read_as_a_timeout() {
 /// so, not blame a network outage or blocked UDP, and not wait for its horizon.
 #[test]
 fn a_session_the_server_ends_is_reported_as_such() {
+    let _shared = crate::support::shared();
     let l = ServerLab::up_with(
         STEM,
         "sesend",
@@ -210,6 +215,7 @@ fn a_session_the_server_ends_is_reported_as_such() {
 /// bare "interrupted"), the JSON report is printed, exit 130, and nothing is left behind.
 #[test]
 fn sigint_during_the_idle_check_keeps_its_findings_and_leaves_nothing() {
+    let _shared = crate::support::shared();
     let l = ServerLab::up(STEM, "sigint", &nat(true, 30));
     let server = l.lab.addr("server").to_string();
     let mut cmd = l.lab.command("client", support::PATHDOC);

@@ -133,6 +133,7 @@ fn partial_report(r: &Interrupted) -> Value {
 
 #[test]
 fn ctrl_c_during_the_throughput_check_prints_a_partial_report() {
+    let _shared = crate::support::shared();
     let (_server, listen) = loopback_server();
     let mut cmd = Command::new(PATHDOC);
     cmd.args([
@@ -172,6 +173,7 @@ fn ctrl_c_during_the_throughput_check_prints_a_partial_report() {
 
 #[test]
 fn sigterm_during_speed_prints_a_partial_json_report() {
+    let _shared = crate::support::shared();
     let (_server, listen) = loopback_server();
     let mut cmd = Command::new(PATHDOC);
     cmd.args(["speed", &listen, "-t", "20", "--json"]);
@@ -188,6 +190,7 @@ fn sigterm_during_speed_prints_a_partial_json_report() {
 
 #[test]
 fn ctrl_c_during_the_idle_check_in_a_lab_leaves_nothing_behind() {
+    let _shared = crate::support::shared();
     let l = ServerLab::up(
         STEM,
         "idle",
@@ -218,6 +221,7 @@ fn ctrl_c_during_the_idle_check_in_a_lab_leaves_nothing_behind() {
 
 #[test]
 fn a_piped_check_prints_plain_status_lines() {
+    let _shared = crate::support::shared();
     let (_server, listen) = loopback_server();
     let mut cmd = Command::new(PATHDOC);
     cmd.args([

@@ -27,6 +27,7 @@ fn pathdoc(args: &[&str]) -> (i32, String, String) {
 
 #[test]
 fn down_removes_namespaces_links_and_processes() {
+    let _shared = crate::support::shared();
     let _c = Cleanup::new(STEM, "down");
     let topo = Topology::from_toml("[[hop]]\nkind = \"nat\"\n[[link]]\ndelay_ms = 1.0\n").unwrap();
     let lab = Lab::up(&topo, &opts(STEM, "down")).unwrap();
@@ -52,6 +53,7 @@ fn down_removes_namespaces_links_and_processes() {
 
 #[test]
 fn drop_and_panic_tear_down() {
+    let _shared = crate::support::shared();
     let _c = Cleanup::new(STEM, "panic");
     let result = std::panic::catch_unwind(|| {
         let lab = Lab::up(
@@ -68,6 +70,7 @@ fn drop_and_panic_tear_down() {
 
 #[test]
 fn names_are_unique_and_validated() {
+    let _shared = crate::support::shared();
     let _c = Cleanup::new(STEM, "names");
     let mut o = opts(STEM, "names");
     o.name = Some("twin".into());
@@ -89,6 +92,7 @@ fn names_are_unique_and_validated() {
 
 #[test]
 fn cli_up_status_exec_down_with_json() {
+    let _shared = crate::support::shared();
     let _c = Cleanup::new(STEM, "cli");
     let p = prefix(STEM, "cli");
     let (code, out, err) = pathdoc(&[
@@ -150,6 +154,7 @@ fn cli_up_status_exec_down_with_json() {
 
 #[test]
 fn down_all_removes_orphans() {
+    let _shared = crate::support::shared();
     let _c = Cleanup::new(STEM, "orphan");
     let p = prefix(STEM, "orphan");
     let (code, _, err) = pathdoc(&[
@@ -188,6 +193,7 @@ fn down_all_removes_orphans() {
 
 #[test]
 fn cli_list_and_bad_input() {
+    let _shared = crate::support::shared();
     let (code, out, _) = pathdoc(&["lab", "list", "--json"]);
     assert_eq!(code, 0);
     let doc: Value = serde_json::from_str(&out).unwrap();
@@ -246,6 +252,7 @@ fn cli_list_and_bad_input() {
 
 #[test]
 fn example_topology_parses_and_plans() {
+    let _shared = crate::support::shared();
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/topology.toml");
     let text = std::fs::read_to_string(path).unwrap();
     let topo = Topology::from_toml(&text).unwrap();
@@ -263,6 +270,7 @@ fn example_topology_parses_and_plans() {
 /// foreground process group would.
 #[test]
 fn ctrl_c_during_the_demo_leaves_nothing_behind() {
+    let _shared = crate::support::shared();
     use std::os::unix::process::CommandExt;
     use std::time::{Duration, Instant};
 

@@ -21,6 +21,7 @@ fn nat(strict: bool) -> Topology {
 
 #[test]
 fn strict_nat_kills_idle_connections_for_good() {
+    let _shared = crate::support::shared();
     let _c = Cleanup::new(STEM, "natstrict");
     let lab = Lab::up(&nat(true), &opts(STEM, "natstrict")).unwrap();
     // The client's address is hidden: the server sees the NAT's.
@@ -53,6 +54,7 @@ fn strict_nat_kills_idle_connections_for_good() {
 
 #[test]
 fn loose_nat_rebuilds_state_from_client_packets() {
+    let _shared = crate::support::shared();
     let _c = Cleanup::new(STEM, "natloose");
     let lab = Lab::up(&nat(false), &opts(STEM, "natloose")).unwrap();
     let mut pair = TcpPair::open(&lab).unwrap();

@@ -16,6 +16,7 @@ const MIB: u64 = 1024 * 1024;
 
 #[test]
 fn big_download_stalls_small_passes() {
+    let _shared = crate::support::shared();
     let _c = Cleanup::new(STEM, "pmtubh");
     let lab = Lab::up(
         &Topology::scenario("pmtu-blackhole").unwrap(),
@@ -38,6 +39,7 @@ fn big_download_stalls_small_passes() {
 
 #[test]
 fn without_the_icmp_filter_pmtud_works() {
+    let _shared = crate::support::shared();
     let _c = Cleanup::new(STEM, "pmtuok");
     let mut topo = Topology::scenario("pmtu-blackhole").unwrap();
     topo.server.filters.clear();

@@ -6,9 +6,10 @@
 //! cargo test --release -p pathdoc-cli --features lab-tests --test lab
 //! ```
 //!
-//! Tests that measure time or throughput take `support::serial()`, one lock for the whole tier,
-//! so they never share the two cores with each other; the others (mostly waiting for scaled
-//! timeouts) run beside them.
+//! Tests that measure time or throughput take `support::serial()` and run alone; every other
+//! test takes `support::shared()` first and runs beside other such tests (mostly waiting for
+//! scaled timeouts), so `--test-threads 3` is safe. `loopback::test_tiers` checks that every
+//! test here takes one of the two.
 
 #[path = "../browser/mod.rs"]
 mod browser;

@@ -34,6 +34,7 @@ fn commands(f: &Value) -> Vec<String> {
 
 #[test]
 fn pmtu_blackhole_is_found_server_to_client_with_mtu_hop_and_fix() {
+    let _shared = crate::support::shared();
     let l = ServerLab::up(
         STEM,
         "mtubh",
@@ -69,6 +70,7 @@ fn pmtu_blackhole_is_found_server_to_client_with_mtu_hop_and_fix() {
 
 #[test]
 fn mirror_black_hole_client_to_server() {
+    let _shared = crate::support::shared();
     let topo = Topology::from_toml(
         r#"
 description = "1420-byte link towards the server; the client's firewall drops ICMP frag-needed"
@@ -104,6 +106,7 @@ mtu = 1420
 
 #[test]
 fn mtu_1280_at_hop_2_of_3_is_measured_and_located() {
+    let _shared = crate::support::shared();
     let topo = Topology::from_toml(
         r#"
 description = "1280-byte link between hop2 and hop3"
@@ -151,6 +154,7 @@ mtu = 1280
 
 #[test]
 fn mss_clamp_on_a_hop_is_detected_with_its_value() {
+    let _shared = crate::support::shared();
     let topo = Topology::from_toml("[[hop]]\nmss_clamp = 1380\n[[hop]]\n").unwrap();
     let l = ServerLab::up(STEM, "mtumss", &topo);
     let (code, r, _) = check(&l, &["--mtu-bulk-ms", "0"]);
@@ -174,6 +178,7 @@ fn mss_clamp_on_a_hop_is_detected_with_its_value() {
 
 #[test]
 fn clean_path_raises_no_alarm() {
+    let _shared = crate::support::shared();
     let l = ServerLab::up(STEM, "mtuok", &Topology::scenario("clean").unwrap());
     let (code, r, secs) = check(&l, &[]);
     assert_eq!(code, 0, "{:?}", ids(&r));
@@ -196,6 +201,7 @@ fn clean_path_raises_no_alarm() {
 /// clamp that exists).
 #[test]
 fn example_topology_black_hole_is_reported_with_the_clamp_that_protects_tcp() {
+    let _shared = crate::support::shared();
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/topology.toml"

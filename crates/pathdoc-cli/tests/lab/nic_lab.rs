@@ -40,6 +40,7 @@ fn position(r: &Value, id: &str) -> Option<usize> {
 
 #[test]
 fn nic_fault_is_named_with_the_servers_facts_and_the_fix_makes_it_pass() {
+    let _shared = crate::support::shared();
     let l = ServerLab::up(
         STEM,
         "nicmtu",
@@ -97,6 +98,7 @@ fn nic_fault_is_named_with_the_servers_facts_and_the_fix_makes_it_pass() {
 
 #[test]
 fn icmp_filter_and_nic_fault_are_both_named_black_hole_first() {
+    let _shared = crate::support::shared();
     let mut topo = Topology::scenario("nic-ignores-mtu").unwrap();
     topo.server.filters = vec![pathdoc_lab::topology::Filter::DropIcmpFragNeeded];
     let l = ServerLab::up(STEM, "nicbh", &topo);
@@ -122,6 +124,7 @@ fn icmp_filter_and_nic_fault_are_both_named_black_hole_first() {
 /// catch a flaky signature without costing CI minutes).
 #[test]
 fn black_hole_and_clamp_paths_never_name_the_nic() {
+    let _shared = crate::support::shared();
     const RUNS: usize = 3;
     let hole = ServerLab::up(
         STEM,
@@ -178,6 +181,7 @@ fn statuses(r: &Value) -> Vec<String> {
 /// client (only what got through).
 #[test]
 fn analyze_sees_the_nic_fault_from_near_the_server() {
+    let _shared = crate::support::shared();
     use pathdoc_lab::capture::{self, CaptureOptions};
     let _cleanup = support::Cleanup::new(STEM, "nicpcap");
     let lab = pathdoc_lab::Lab::up(
@@ -256,6 +260,9 @@ fn analyze_sees_the_nic_fault_from_near_the_server() {
     } else {
         has(2, "pmtud-black-hole=fail");
         let f = support::find(r, "pmtud-black-hole").unwrap();
-        assert!(f["title"].as_str().unwrap().contains("never arrived here"), "{f:#}");
+        assert!(
+            f["title"].as_str().unwrap().contains("never arrived here"),
+            "{f:#}"
+        );
     }
 }

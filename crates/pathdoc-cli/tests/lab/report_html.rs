@@ -55,6 +55,7 @@ fn embedded(html: &str) -> Value {
 
 #[test]
 fn lab_run_html_opens_offline_draws_every_plot_and_round_trips_to_text() {
+    let _shared = crate::support::shared();
     let scratch = Scratch::new("html-lab");
     let topo = Topology::from_toml(
         "[[hop]]\nkind = \"nat\"\nstrict = true\nconntrack = { tcp_established = 3, udp = 2 }\n",
@@ -426,6 +427,7 @@ fn check_plots(chrome: &mut Chromium, tab: &browser::Tab, report: &Value) {
 
 #[test]
 fn report_refuses_what_it_cannot_read_with_exit_2() {
+    let _shared = crate::support::shared();
     let scratch = Scratch::new("report-refuse");
     let cases = [
         (
@@ -505,6 +507,7 @@ fn report_refuses_what_it_cannot_read_with_exit_2() {
 
 #[test]
 fn capture_html_draws_time_sequence_graphs_in_chromium() {
+    let _shared = crate::support::shared();
     let scratch = Scratch::new("html-capture");
     // Seed 001's path: loss bursts towards the server, so the upload has retransmissions and
     // duplicate ACKs to mark.

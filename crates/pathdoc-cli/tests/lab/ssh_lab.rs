@@ -109,6 +109,7 @@ fn outcome(report: &Value) -> Vec<String> {
 
 #[test]
 fn ssh_bootstrap_gives_the_manual_servers_findings_and_leaves_only_the_cache() {
+    let _shared = crate::support::shared();
     let l = SshLab::up("boot", with_sshd("clean"));
     let manual = {
         let server = PathdocServer::start(&l.lab);
@@ -198,6 +199,7 @@ fn ssh_bootstrap_gives_the_manual_servers_findings_and_leaves_only_the_cache() {
 
 #[test]
 fn sigkill_of_the_client_stops_the_far_end_server() {
+    let _shared = crate::support::shared();
     let l = SshLab::up("kill", with_sshd("clean"));
     let mut cmd = l.lab.command("client", PATHDOC);
     cmd.args(["check", "--ssh", "server", "-F", &l.config()])
@@ -252,6 +254,7 @@ fn assert_error_kind(l: &SshLab, args: &[&str], kind: &str) {
 
 #[test]
 fn bad_host_key_refused_login_other_arch_and_blocked_port_are_clear_errors() {
+    let _shared = crate::support::shared();
     let l = SshLab::up("err", with_sshd("clean"));
     let dir = Path::new(&l.config()).parent().unwrap().to_path_buf();
 
@@ -601,6 +604,7 @@ fn chmod(path: &Path, mode: u32) {
 /// pathdoc does, that program must never run. (Before the fix it ran, as root, every time.)
 #[test]
 fn far_end_cache_of_another_user_is_refused_and_a_swapped_binary_never_runs() {
+    let _shared = crate::support::shared();
     use std::os::unix::fs::{chown, symlink};
     let l = SshLab::up("trust", with_sshd("clean"));
     let scratch = std::env::temp_dir().join(format!("pathdoc-trust-{}", std::process::id()));
@@ -739,6 +743,7 @@ fn far_end_cache_of_another_user_is_refused_and_a_swapped_binary_never_runs() {
 /// interface, and a private run copy it used is gone when it stops.
 #[test]
 fn temporary_server_listens_only_on_the_ssh_address() {
+    let _shared = crate::support::shared();
     let l = SshLab::up("listen", with_sshd("clean"));
     let mut cmd = l.lab.command("client", PATHDOC);
     cmd.args(["check", "--ssh", "server", "-F", &l.config()])

@@ -129,6 +129,7 @@ fn port() -> u16 {
 
 #[test]
 fn a_host_name_with_a_port_works_on_loopback() {
+    let _shared = crate::support::shared();
     let listen = format!("127.0.0.1:{}", port());
     let mut server = Command::new(PATHDOC)
         .args(["server", "--listen", &listen])
@@ -152,6 +153,7 @@ fn a_host_name_with_a_port_works_on_loopback() {
 
 #[test]
 fn ipv6_forms_and_address_families() {
+    let _shared = crate::support::shared();
     let p = port();
     let mut ns = Netns::new("fam", "127.0.0.1 localhost\n::1 multi\n127.0.0.1 multi\n");
     // Dual-stack: one server answers on ::1 and 127.0.0.1.
@@ -181,6 +183,7 @@ fn ipv6_forms_and_address_families() {
 
 #[test]
 fn a_dead_first_address_costs_a_stagger_not_a_timeout() {
+    let _shared = crate::support::shared();
     let p = port();
     let mut ns = Netns::new("dead", "::1 multi\n127.0.0.1 multi\n");
     ns.start_server(format!("127.0.0.1:{p}").parse().unwrap());
@@ -212,6 +215,7 @@ fn a_dead_first_address_costs_a_stagger_not_a_timeout() {
 
 #[test]
 fn bind_sets_the_source_address_of_the_checks() {
+    let _shared = crate::support::shared();
     let p = port();
     let mut ns = Netns::new("bind", "127.0.0.1 localhost\n");
     ns.start_server(format!("127.0.0.1:{p}").parse().unwrap());

@@ -19,3 +19,4 @@ mod server_load;
 mod speed_loopback;
 mod speed_text;
 mod terminal_safety;
+mod test_tiers;

@@ -300,12 +300,26 @@ pub fn binomial_bound(n: u64, p: f64) -> f64 {
     4.0 * (n as f64 * p * (1.0 - p)).sqrt()
 }
 
-/// Tests that measure time or throughput must not share the two cores with each other: each
-/// takes this guard first (the other tests of the same binary still run in parallel).
-pub fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL
-        .lock()
+/// One lock for the whole test binary. Tests that measure time or throughput take it
+/// exclusively ([`serial`]): nothing else of the binary runs beside them, so they never share
+/// the two cores. Every other test takes it shared ([`shared`]) and runs beside its kind. A lab
+/// test that takes neither would run beside a throughput measurement, so
+/// `loopback::test_tiers` checks that each lab test takes one as its first statement.
+static CORES: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// The cores to itself, for a test that measures time or throughput.
+pub fn serial() -> std::sync::RwLockWriteGuard<'static, ()> {
+    CORES
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A share of the cores, for a test whose verdicts do not depend on timing (it may run beside
+/// other such tests, never beside a [`serial`] one).
+#[allow(dead_code)] // the loopback tier uses only `serial`
+pub fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    CORES
+        .read()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
