@@ -774,36 +774,10 @@ fn print_report(r: &Report<'_>) {
 
 /// This process's RLIMIT_NOFILE soft limit (after [`raise_fd_limit`]).
 fn fd_limit() -> u64 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes the struct we pass.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return 1024;
-    }
-    lim.rlim_cur
+    pathdoc_sys::fd_limit::soft_limit().unwrap_or(1024)
 }
 
 /// Each connection is a descriptor: lift RLIMIT_NOFILE (as root up to 1 Mi).
 pub(crate) fn raise_fd_limit() {
-    const WANTED: libc::rlim_t = 1 << 20;
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read/write the struct we pass.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return;
-        }
-        let raised = libc::rlimit {
-            rlim_cur: WANTED.max(lim.rlim_max),
-            rlim_max: WANTED.max(lim.rlim_max),
-        };
-        if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-    }
+    let _ = pathdoc_sys::fd_limit::raise(pathdoc_sys::fd_limit::RaisePolicy::AtLeast(1 << 20));
 }
