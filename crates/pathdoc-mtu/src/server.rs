@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use pathdoc_proto::{CheckKind, FramedConn, UdpHeader};
-use pathdoc_server::{Service, ServiceError, Session};
+use pathdoc_server::{next_request, Service, ServiceError, Session};
 use pathdoc_sys::pmtu;
 use tokio::io::AsyncWriteExt;
 
@@ -422,24 +422,11 @@ impl Service for MtuService {
     ) -> Result<(), ServiceError> {
         let state = session.state::<State>();
         let _release = ProbeSocketRelease(state.clone());
-        loop {
-            let received = tokio::select! {
-                _ = session.cancel.cancelled() => return Ok(()),
-                r = conn.recv_timeout(CONTROL_IDLE, "the next mtu request") => r,
-            };
-            let req: Request = match received {
-                Ok(r) => r,
-                // A frame that is not a request: say so and carry on.
-                Err(pathdoc_proto::ProtoError::Malformed(m)) => {
-                    conn.send(&Reply::Error {
-                        message: format!("malformed request: {m}"),
-                    })
-                    .await?;
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            };
-            session.touch();
+        let what = "the next mtu request";
+        let malformed = |message| Reply::Error { message };
+        while let Some(req) =
+            next_request(&session, &mut conn, CONTROL_IDLE, what, malformed).await?
+        {
             let reply = match self.handle(&session, &mut conn, &state, req).await {
                 Ok(Some(r)) => r,
                 Ok(None) => return Ok(()),
@@ -449,6 +436,7 @@ impl Service for MtuService {
             };
             conn.send(&reply).await?;
         }
+        Ok(())
     }
 
     fn admit_data(
