@@ -8,7 +8,7 @@ use pathdoc_core::{Direction, Evidence, Finding, Host, Quantity, Remedy, Status}
 
 use crate::analyzer::HostPairLoss;
 use crate::loss::{wilson, LossCount, Vantage};
-use crate::summary::{ConnSummary, DirSummary, EndState};
+use crate::summary::{ConnSummary, DirSummary, EndState, StallSummary};
 
 pub const CHECK: &str = "analyze";
 
@@ -712,35 +712,19 @@ fn injected_rst(c: &ConnSummary, out: &mut Vec<Finding>) {
 /// black hole), and ICMP too-big that the sender ignores (offload or a firewall behind the
 /// capture point). Returns true when it explains the direction's retransmissions.
 fn pmtu(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) -> bool {
-    let tx = s.tx;
-    let stall = tx.stall.as_ref();
-    let big_stall = stall.filter(|st| {
-        st.retransmissions >= 2
-            && st.sizes_bytes.first().copied().unwrap_or(0) >= 576
-            && (!st.resolved || st.retransmissions >= 3)
-    });
-    let shrinking = big_stall.is_some_and(|st| {
-        let v = &st.sizes_bytes;
-        v.len() >= 3 && v.windows(2).all(|w| w[1] < w[0] && w[0] - w[1] <= 128)
-    });
-    // The sender heard "too big" and still sent bigger packets — or crept down step by step
-    // instead of jumping to the reported MTU (seed 003).
-    let ignored_too_big = tx.icmp_too_big > 0
-        && (tx.oversize_after_too_big >= 3 || (shrinking && tx.oversize_after_too_big >= 1));
-    if big_stall.is_none() && !ignored_too_big {
+    let signs = PmtuSigns::of(s.tx);
+    if signs.big_stall.is_none() && !signs.ignored_too_big {
         return receiver_side_black_hole(c, s, out);
     }
-    let lost_size = big_stall
-        .and_then(|st| st.sizes_bytes.first().copied())
-        .unwrap_or(tx.max_ip_packet_bytes);
-    let acked = tx.max_acked_ip_packet_bytes;
+    let tx = s.tx;
+    let (lost_size, acked) = (signs.lost_size, signs.acked);
     let small_pass =
-        big_stall.is_some_and(|st| st.peer_packets > 0) || (acked > 0 && acked < lost_size);
-    if big_stall.is_some() && !ignored_too_big && !small_pass && tx.icmp_too_big == 0 {
+        signs.big_stall.is_some_and(|st| st.peer_packets > 0) || (acked > 0 && acked < lost_size);
+    if signs.big_stall.is_some() && !signs.ignored_too_big && !small_pass && tx.icmp_too_big == 0 {
         // Everything stopped, small packets too: a dead path or peer, not an MTU problem.
         return false;
     }
-    if !ignored_too_big
+    if !signs.ignored_too_big
         && ((acked >= lost_size && tx.segments_over_peer_mss == 0) || tx.gaps.fill_segments > 0)
     {
         // A packet at least as big as the stalled one was acknowledged, or the capture sits
@@ -749,76 +733,151 @@ fn pmtu(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) -> bool {
         // hole would contradict the capture. Loss analysis speaks instead.
         return receiver_side_black_hole(c, s, out);
     }
-    let tso = tx.segments_over_peer_mss > 0;
-    let mtu_icmp = tx.icmp_too_big_mtu;
-    let mtu_text = match (mtu_icmp, acked) {
-        (Some(m), _) => format!("{m} B (from the ICMP too-big)"),
-        (None, a) if a > 0 && !tso => format!(
-            "between {a} B (largest packet acknowledged) and {} B",
-            lost_size.saturating_sub(1)
-        ),
-        _ => format!("below {lost_size} B"),
-    };
-    let stall_text = big_stall.map(|st| format!(
-        "the {}'s {}-byte packet at relative sequence {} was sent {} more times over {} without being acknowledged{}",
-        s.sender,
-        st.sizes_bytes.first().copied().unwrap_or(0),
-        st.seq,
-        st.retransmissions,
-        format_duration(std::time::Duration::from_secs_f64(st.duration_s.max(0.0))),
-        if st.peer_packets > 0 { format!(" while {} smaller packets from the {} got through", st.peer_packets, s.receiver) } else { String::new() }
-    ));
-    if ignored_too_big {
-        let m = mtu_icmp.unwrap_or(0);
-        let mut f = finding(
-            c,
-            "pmtud-too-big-ignored",
-            if tso && big_stall.is_none() { Status::Inconclusive } else { Status::Fail },
-            format!(
-                "ICMP too-big (MTU {m} B) reached the {} {} times, yet it sent {} more packets larger than {m} B",
-                s.sender, tx.icmp_too_big, tx.oversize_after_too_big
-            ),
-        )
-        .direction(s.dir)
-        .requirement("RFC 1191 / RFC 8201: a sender MUST lower its packet size to the MTU an ICMP too-big reports")
-        .evidence(Evidence::new("ICMP too-big messages about these packets", Quantity::Count(u64::from(tx.icmp_too_big))))
-        .evidence(Evidence::new("MTU they report", Quantity::Bytes(u64::from(m))))
-        .evidence(Evidence::new(format!("packets over {m} B the {} sent after one RTT", s.sender), Quantity::Count(tx.oversize_after_too_big)))
-        .evidence(Evidence::new("largest packet it sent", Quantity::Bytes(u64::from(tx.max_ip_packet_bytes))));
-        if shrinking {
-            if let Some(st) = big_stall {
-                f = f.evidence(Evidence::new(
-                    "sizes of its retransmissions",
-                    Quantity::Text(
-                        st.sizes_bytes
-                            .iter()
-                            .map(|x| format!("{x} B"))
-                            .collect::<Vec<_>>()
-                            .join(" → "),
-                    ),
-                ));
-            }
-        }
-        let tso_note = if tso {
-            format!(" The capture was taken on the {} with segmentation offload (TSO/GSO): {} packets are larger than the MSS, so the sizes seen here are not those on the wire; the retransmissions are the trustworthy part.", s.sender, tx.segments_over_peer_mss)
-        } else {
-            String::new()
-        };
-        f = f.summary(format!(
-            "Routers told the {} {} times that the path takes at most {m} B, and the messages reached its network interface (they are in this capture), but it kept sending bigger packets{}. Either a firewall on the {} drops ICMP after the point where the capture taps it (iptables/nft INPUT rules for icmp type 3 code 4), or the NIC's segmentation offload builds packets for a fixed MTU whatever the stack learnt (seed 003: an emulated rtl8139 NIC with TSO){}.{tso_note}",
-            s.sender, tx.icmp_too_big,
-            if shrinking { ", shrinking them step by step instead of to the reported MTU" } else { "" },
-            s.sender,
-            stall_text.as_ref().map(|t| format!("; {t}")).unwrap_or_default()
-        ))
-        .remedy(Remedy::new("Accept ICMP fragmentation-needed / packet-too-big in the sender's firewall").on(s.sender_host.clone()).with_command("nft insert rule inet filter input icmp type destination-unreachable icmp code frag-needed accept; nft insert rule inet filter input icmpv6 type packet-too-big accept"))
-        .remedy(Remedy::new("If the firewall lets it in, turn segmentation offload off on the sending NIC (or use a virtio NIC instead of an emulated rtl8139)").on(s.sender_host.clone()).with_command("ethtool -K IFACE tso off gso off"))
-        .remedy(Remedy::new(format!("Meanwhile pin the route's MTU to {m} B so the sender never builds larger packets")).on(s.sender_host.clone()).with_command(format!("ip route add DESTINATION via GATEWAY mtu lock {m}")));
-        out.push(f);
+    if signs.ignored_too_big {
+        out.push(too_big_ignored_finding(c, s, &signs));
         return true;
     }
+    let Some(st) = signs.big_stall else {
+        return false;
+    };
+    out.push(black_hole_finding(c, s, &signs, st));
+    true
+}
 
-    let Some(st) = big_stall else { return false };
+/// What a direction's packets show about the path MTU.
+struct PmtuSigns<'a> {
+    /// A full-size packet retransmitted again and again without an acknowledgement.
+    big_stall: Option<&'a StallSummary>,
+    /// Its retransmissions shrink by small steps (the sender probes down without the ICMP).
+    shrinking: bool,
+    /// The sender heard "too big" and still sent bigger packets — or crept down step by step
+    /// instead of jumping to the reported MTU (seed 003).
+    ignored_too_big: bool,
+    /// The stalled packet's size (else the largest sent), bytes.
+    lost_size: u32,
+    /// The largest packet acknowledged, bytes.
+    acked: u32,
+    /// The capture was taken on a sender with segmentation offload: sizes are not wire sizes.
+    tso: bool,
+}
+
+impl<'a> PmtuSigns<'a> {
+    fn of(tx: &'a DirSummary) -> Self {
+        let big_stall = tx.stall.as_ref().filter(|st| {
+            st.retransmissions >= 2
+                && st.sizes_bytes.first().copied().unwrap_or(0) >= 576
+                && (!st.resolved || st.retransmissions >= 3)
+        });
+        let shrinking = big_stall.is_some_and(|st| {
+            let v = &st.sizes_bytes;
+            v.len() >= 3 && v.windows(2).all(|w| w[1] < w[0] && w[0] - w[1] <= 128)
+        });
+        PmtuSigns {
+            big_stall,
+            shrinking,
+            ignored_too_big: tx.icmp_too_big > 0
+                && (tx.oversize_after_too_big >= 3
+                    || (shrinking && tx.oversize_after_too_big >= 1)),
+            lost_size: big_stall
+                .and_then(|st| st.sizes_bytes.first().copied())
+                .unwrap_or(tx.max_ip_packet_bytes),
+            acked: tx.max_acked_ip_packet_bytes,
+            tso: tx.segments_over_peer_mss > 0,
+        }
+    }
+
+    /// The path MTU in words: the ICMP's, else bounded by what was acknowledged and lost.
+    fn mtu_text(&self, mtu_icmp: Option<u32>) -> String {
+        match (mtu_icmp, self.acked) {
+            (Some(m), _) => format!("{m} B (from the ICMP too-big)"),
+            (None, a) if a > 0 && !self.tso => format!(
+                "between {a} B (largest packet acknowledged) and {} B",
+                self.lost_size.saturating_sub(1)
+            ),
+            _ => format!("below {} B", self.lost_size),
+        }
+    }
+
+    /// The stall in words, starting "the SENDER's …".
+    fn stall_text(&self, s: &Side<'_>) -> Option<String> {
+        self.big_stall.map(|st| format!(
+            "the {}'s {}-byte packet at relative sequence {} was sent {} more times over {} without being acknowledged{}",
+            s.sender,
+            st.sizes_bytes.first().copied().unwrap_or(0),
+            st.seq,
+            st.retransmissions,
+            format_duration(std::time::Duration::from_secs_f64(st.duration_s.max(0.0))),
+            if st.peer_packets > 0 { format!(" while {} smaller packets from the {} got through", st.peer_packets, s.receiver) } else { String::new() }
+        ))
+    }
+}
+
+/// The sizes of a stalled packet's retransmissions, "1500 B → 1452 B → …".
+fn retransmission_sizes(st: &StallSummary) -> Evidence {
+    Evidence::new(
+        "sizes of its retransmissions",
+        Quantity::Text(
+            st.sizes_bytes
+                .iter()
+                .map(|x| format!("{x} B"))
+                .collect::<Vec<_>>()
+                .join(" → "),
+        ),
+    )
+}
+
+/// `pmtud-too-big-ignored`: ICMP too-big reached the sender, which kept sending bigger packets.
+fn too_big_ignored_finding(c: &ConnSummary, s: &Side<'_>, signs: &PmtuSigns<'_>) -> Finding {
+    let tx = s.tx;
+    let (tso, shrinking) = (signs.tso, signs.shrinking);
+    let m = tx.icmp_too_big_mtu.unwrap_or(0);
+    let mut f = finding(
+        c,
+        "pmtud-too-big-ignored",
+        if tso && signs.big_stall.is_none() { Status::Inconclusive } else { Status::Fail },
+        format!(
+            "ICMP too-big (MTU {m} B) reached the {} {} times, yet it sent {} more packets larger than {m} B",
+            s.sender, tx.icmp_too_big, tx.oversize_after_too_big
+        ),
+    )
+    .direction(s.dir)
+    .requirement("RFC 1191 / RFC 8201: a sender MUST lower its packet size to the MTU an ICMP too-big reports")
+    .evidence(Evidence::new("ICMP too-big messages about these packets", Quantity::Count(u64::from(tx.icmp_too_big))))
+    .evidence(Evidence::new("MTU they report", Quantity::Bytes(u64::from(m))))
+    .evidence(Evidence::new(format!("packets over {m} B the {} sent after one RTT", s.sender), Quantity::Count(tx.oversize_after_too_big)))
+    .evidence(Evidence::new("largest packet it sent", Quantity::Bytes(u64::from(tx.max_ip_packet_bytes))));
+    if shrinking {
+        if let Some(st) = signs.big_stall {
+            f = f.evidence(retransmission_sizes(st));
+        }
+    }
+    let tso_note = if tso {
+        format!(" The capture was taken on the {} with segmentation offload (TSO/GSO): {} packets are larger than the MSS, so the sizes seen here are not those on the wire; the retransmissions are the trustworthy part.", s.sender, tx.segments_over_peer_mss)
+    } else {
+        String::new()
+    };
+    f.summary(format!(
+        "Routers told the {} {} times that the path takes at most {m} B, and the messages reached its network interface (they are in this capture), but it kept sending bigger packets{}. Either a firewall on the {} drops ICMP after the point where the capture taps it (iptables/nft INPUT rules for icmp type 3 code 4), or the NIC's segmentation offload builds packets for a fixed MTU whatever the stack learnt (seed 003: an emulated rtl8139 NIC with TSO){}.{tso_note}",
+        s.sender, tx.icmp_too_big,
+        if shrinking { ", shrinking them step by step instead of to the reported MTU" } else { "" },
+        s.sender,
+        signs.stall_text(s).as_ref().map(|t| format!("; {t}")).unwrap_or_default()
+    ))
+    .remedy(Remedy::new("Accept ICMP fragmentation-needed / packet-too-big in the sender's firewall").on(s.sender_host.clone()).with_command("nft insert rule inet filter input icmp type destination-unreachable icmp code frag-needed accept; nft insert rule inet filter input icmpv6 type packet-too-big accept"))
+    .remedy(Remedy::new("If the firewall lets it in, turn segmentation offload off on the sending NIC (or use a virtio NIC instead of an emulated rtl8139)").on(s.sender_host.clone()).with_command("ethtool -K IFACE tso off gso off"))
+    .remedy(Remedy::new(format!("Meanwhile pin the route's MTU to {m} B so the sender never builds larger packets")).on(s.sender_host.clone()).with_command(format!("ip route add DESTINATION via GATEWAY mtu lock {m}")))
+}
+
+/// `pmtud-black-hole`: the stalled full-size packet never got through while small ones did.
+fn black_hole_finding(
+    c: &ConnSummary,
+    s: &Side<'_>,
+    signs: &PmtuSigns<'_>,
+    st: &StallSummary,
+) -> Finding {
+    let tx = s.tx;
+    let (lost_size, acked, tso) = (signs.lost_size, signs.acked, signs.tso);
+    let mtu_icmp = tx.icmp_too_big_mtu;
     let mut f = finding(
         c,
         "pmtud-black-hole",
@@ -828,9 +887,10 @@ fn pmtu(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) -> bool {
             Status::Fail
         },
         format!(
-            "PMTUD black hole {}: {}-byte packets vanish, path MTU {mtu_text}",
+            "PMTUD black hole {}: {}-byte packets vanish, path MTU {}",
             s.dir.arrow(),
-            lost_size
+            lost_size,
+            signs.mtu_text(mtu_icmp)
         ),
     )
     .direction(s.dir)
@@ -869,17 +929,8 @@ fn pmtu(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) -> bool {
             Quantity::Bytes(u64::from(m)),
         ));
     }
-    if shrinking {
-        f = f.evidence(Evidence::new(
-            "sizes of its retransmissions",
-            Quantity::Text(
-                st.sizes_bytes
-                    .iter()
-                    .map(|x| format!("{x} B"))
-                    .collect::<Vec<_>>()
-                    .join(" → "),
-            ),
-        ));
+    if signs.shrinking {
+        f = f.evidence(retransmission_sizes(st));
     }
     let icmp_note = if tx.icmp_too_big == 0 {
         format!("No ICMP too-big about them is in the capture: a router drops them silently or its ICMP is filtered before it reaches the {}", s.sender)
@@ -896,15 +947,13 @@ fn pmtu(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) -> bool {
     } else {
         String::new()
     };
-    f = f.summary(format!(
+    let f = f.summary(format!(
         "{}. Full-size packets do not cross the path while small ones do: a link {} has a smaller MTU and the sender never learns it. {icmp_note}.{tso_note}{}",
-        stall_text.unwrap_or_default().trim_start_matches("the ").to_string().replacen(&s.sender.to_string(), &format!("The {}", s.sender), 1),
+        signs.stall_text(s).unwrap_or_default().trim_start_matches("the ").to_string().replacen(&s.sender.to_string(), &format!("The {}", s.sender), 1),
         s.dir.arrow(),
-        if shrinking { " The retransmissions shrink step by step (the sender probes down without the ICMP's MTU) — slow recovery: seed 003's 100 KB/s." } else { "" }
+        if signs.shrinking { " The retransmissions shrink step by step (the sender probes down without the ICMP's MTU) — slow recovery: seed 003's 100 KB/s." } else { "" }
     ));
-    f = black_hole_fixes(f, s);
-    out.push(f);
-    true
+    black_hole_fixes(f, s)
 }
 
 /// What a black hole from either side's capture shares: the requirement it breaks and the three

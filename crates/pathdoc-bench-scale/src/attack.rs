@@ -65,28 +65,16 @@ impl Readings {
 
 /// Read the server's state now. `tcp` also walks /proc/net/tcp (costly with many sockets).
 pub fn read(target: &Target, tcp: bool) -> Readings {
-    let pid = target.pid;
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count() as u64)
-        .unwrap_or(0);
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |key: &str| -> u64 {
-        status
-            .lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l[key.len()..].split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
+    let server = pathdoc_sys::process::footprint(target.pid);
     let (sockets, queued) = if tcp {
         server_port_queues(target.addr)
     } else {
         (0, 0)
     };
     Readings {
-        fds,
-        threads: field("Threads:"),
-        rss: field("VmRSS:") * 1024,
+        fds: server.fds,
+        threads: server.threads,
+        rss: server.rss_bytes,
         sockets,
         queued,
     }

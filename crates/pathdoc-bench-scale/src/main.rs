@@ -314,47 +314,9 @@ struct FireResult {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    ensure!(
-        (1..=254).contains(&args.source_ips),
-        "--source-ips must be 1..=254"
-    );
-    ensure!(args.sessions >= 1, "--sessions must be at least 1");
-    ensure!(
-        (1..=pathdoc_idle::server::MAX_PROBES_PER_SESSION as u32)
-            .contains(&args.probes_per_session),
-        "--probes-per-session must be 1..={}",
-        pathdoc_idle::server::MAX_PROBES_PER_SESSION
-    );
-    ensure!(
-        args.fire_batch >= 1 && args.fire_interval_ms >= 1,
-        "empty fire schedule"
-    );
+    check_args(&args)?;
     let per_session = args.probes_per_session;
-    // Server and generator each hold one descriptor per connection; both live under this
-    // process's RLIMIT_NOFILE (the child inherits it). Without CAP_SYS_RESOURCE the hard limit
-    // cannot be raised: fit the load under it rather than fail, and say so in the report.
-    let fd_limit = fd_limit();
-    let fd_budget = fd_limit.saturating_sub(FD_MARGIN + u64::from(WARMUP_PROBES) + 1);
-    let fitting = (fd_budget / (u64::from(per_session) + 1)) as u32;
-    ensure!(
-        fitting >= 1,
-        "RLIMIT_NOFILE {fd_limit} leaves no room for one session of {per_session} probes"
-    );
-    let sessions = args.sessions.min(fitting);
-    let fd_limited = (sessions < args.sessions).then_some(FdLimited {
-        limit: fd_limit,
-        requested: u64::from(args.sessions) * u64::from(per_session),
-    });
-    if let Some(l) = &fd_limited {
-        eprintln!(
-            "idle-scale: WARNING: RLIMIT_NOFILE is {} and cannot be raised (no CAP_SYS_RESOURCE?): \
-             running {sessions} sessions instead of {} ({} probe connections instead of {})",
-            l.limit,
-            args.sessions,
-            u64::from(sessions) * u64::from(per_session),
-            l.requested
-        );
-    }
+    let (sessions, fd_limited) = fit_sessions_to_fd_limit(&args)?;
     let probes = u64::from(sessions) * u64::from(per_session);
     ensure!(
         probes < u64::from(u32::MAX - WARMUP_PROBES),
@@ -384,57 +346,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         connect_slots: Arc::new(Semaphore::new(args.connect_concurrency.max(1))),
     };
 
-    // Warm-up: one small session from 127.0.0.1 exercises every code path (and, on the pathdoc
-    // server, one round of probes); it stays open and is part of the baseline.
-    let warm_index = u32::MAX - WARMUP_PROBES;
-    let warm = open_session(
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-        addr,
-        WARMUP_PROBES,
-        warm_index,
-        firing,
-        &sinks,
-    )
-    .await
-    .context("warm-up session")?;
-    if let Some(commands) = &warm.commands {
-        let _ = commands.send(CtlCommand::Fire {
-            tags: (0..WARMUP_PROBES).collect(),
-            nonce: 1,
-        });
-        let deadline = tokio::time::Instant::now() + load::STEP_DEADLINE;
-        let mut got = 0;
-        while got < WARMUP_PROBES {
-            match tokio::time::timeout_at(deadline, arrival_rx.recv()).await {
-                Ok(Some(_)) => got += 1,
-                _ => bail!("warm-up: only {got} of {WARMUP_PROBES} probes arrived"),
-            }
-        }
-    }
+    let warm = warm_up(addr, firing, &sinks, &mut arrival_rx).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let baseline = snapshot(&mut server, "during warm-up")?;
 
-    // Open the load.
     let open_clock = CpuClock::start(pid)?;
-    let mut loads = Vec::with_capacity(sessions as usize);
-    for s in 0..sessions {
-        let source = sources[s as usize % sources.len()];
-        let load = open_session(source, addr, per_session, s * per_session, firing, &sinks)
-            .await
-            .with_context(|| {
-                format!(
-                    "opening session {s} from {source} ({} probe connections open before it)",
-                    u64::from(s) * u64::from(per_session)
-                )
-            })?;
-        loads.push(load);
-        if (s + 1) % 10 == 0 || s + 1 == sessions {
-            eprintln!(
-                "idle-scale: {} of {probes} probe connections open",
-                u64::from(s + 1) * u64::from(per_session)
-            );
-        }
-    }
+    let loads = open_load(&sources, addr, sessions, per_session, firing, &sinks).await?;
     let open_cpu = open_clock.stop()?;
     tokio::time::sleep(Duration::from_secs(args.settle_secs)).await;
     let held = snapshot(&mut server, "after opening")?;
@@ -476,6 +393,119 @@ async fn run(args: Args) -> anyhow::Result<()> {
     drop(warm);
     drop(server);
     Ok(())
+}
+
+/// The bounds the options must keep.
+fn check_args(args: &Args) -> anyhow::Result<()> {
+    ensure!(
+        (1..=254).contains(&args.source_ips),
+        "--source-ips must be 1..=254"
+    );
+    ensure!(args.sessions >= 1, "--sessions must be at least 1");
+    ensure!(
+        (1..=pathdoc_idle::server::MAX_PROBES_PER_SESSION as u32)
+            .contains(&args.probes_per_session),
+        "--probes-per-session must be 1..={}",
+        pathdoc_idle::server::MAX_PROBES_PER_SESSION
+    );
+    ensure!(
+        args.fire_batch >= 1 && args.fire_interval_ms >= 1,
+        "empty fire schedule"
+    );
+    Ok(())
+}
+
+/// How many of the requested sessions fit under the open-file limit, and the limit when it cut
+/// them. Server and generator each hold one descriptor per connection; both live under this
+/// process's RLIMIT_NOFILE (the child inherits it). Without CAP_SYS_RESOURCE the hard limit
+/// cannot be raised: fit the load under it rather than fail, and say so in the report.
+fn fit_sessions_to_fd_limit(args: &Args) -> anyhow::Result<(u32, Option<FdLimited>)> {
+    let per_session = args.probes_per_session;
+    let fd_limit = fd_limit();
+    let fd_budget = fd_limit.saturating_sub(FD_MARGIN + u64::from(WARMUP_PROBES) + 1);
+    let fitting = (fd_budget / (u64::from(per_session) + 1)) as u32;
+    ensure!(
+        fitting >= 1,
+        "RLIMIT_NOFILE {fd_limit} leaves no room for one session of {per_session} probes"
+    );
+    let sessions = args.sessions.min(fitting);
+    let fd_limited = (sessions < args.sessions).then_some(FdLimited {
+        limit: fd_limit,
+        requested: u64::from(args.sessions) * u64::from(per_session),
+    });
+    if let Some(l) = &fd_limited {
+        eprintln!(
+            "idle-scale: WARNING: RLIMIT_NOFILE is {} and cannot be raised (no CAP_SYS_RESOURCE?): \
+             running {sessions} sessions instead of {} ({} probe connections instead of {})",
+            l.limit,
+            args.sessions,
+            u64::from(sessions) * u64::from(per_session),
+            l.requested
+        );
+    }
+    Ok((sessions, fd_limited))
+}
+
+/// Warm-up: one small session from 127.0.0.1 exercises every code path (and, on the pathdoc
+/// server, one round of probes); it stays open and is part of the baseline.
+async fn warm_up(
+    addr: SocketAddr,
+    firing: bool,
+    sinks: &Sinks,
+    arrival_rx: &mut mpsc::UnboundedReceiver<Arrival>,
+) -> anyhow::Result<SessionLoad> {
+    let warm_index = u32::MAX - WARMUP_PROBES;
+    let localhost = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let warm = open_session(localhost, addr, WARMUP_PROBES, warm_index, firing, sinks)
+        .await
+        .context("warm-up session")?;
+    if let Some(commands) = &warm.commands {
+        let _ = commands.send(CtlCommand::Fire {
+            tags: (0..WARMUP_PROBES).collect(),
+            nonce: 1,
+        });
+        let deadline = tokio::time::Instant::now() + load::STEP_DEADLINE;
+        let mut got = 0;
+        while got < WARMUP_PROBES {
+            match tokio::time::timeout_at(deadline, arrival_rx.recv()).await {
+                Ok(Some(_)) => got += 1,
+                _ => bail!("warm-up: only {got} of {WARMUP_PROBES} probes arrived"),
+            }
+        }
+    }
+    Ok(warm)
+}
+
+/// Open the load: `sessions` sessions of `per_session` probes, round-robin over `sources`.
+async fn open_load(
+    sources: &[IpAddr],
+    addr: SocketAddr,
+    sessions: u32,
+    per_session: u32,
+    firing: bool,
+    sinks: &Sinks,
+) -> anyhow::Result<Vec<SessionLoad>> {
+    let probes = u64::from(sessions) * u64::from(per_session);
+    let mut loads = Vec::with_capacity(sessions as usize);
+    for s in 0..sessions {
+        let source = sources[s as usize % sources.len()];
+        let load = open_session(source, addr, per_session, s * per_session, firing, sinks)
+            .await
+            .with_context(|| {
+                format!(
+                    "opening session {s} from {source} ({} probe connections open before it)",
+                    u64::from(s) * u64::from(per_session)
+                )
+            })?;
+        loads.push(load);
+        if (s + 1) % 10 == 0 || s + 1 == sessions {
+            eprintln!(
+                "idle-scale: {} of {probes} probe connections open",
+                u64::from(s + 1) * u64::from(per_session)
+            );
+        }
+    }
+    Ok(loads)
 }
 
 fn spawn_server(args: &Args, sessions: u32, connections: u64) -> anyhow::Result<ServerProcess> {
@@ -774,36 +804,10 @@ fn print_report(r: &Report<'_>) {
 
 /// This process's RLIMIT_NOFILE soft limit (after [`raise_fd_limit`]).
 fn fd_limit() -> u64 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes the struct we pass.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return 1024;
-    }
-    lim.rlim_cur
+    pathdoc_sys::fd_limit::soft_limit().unwrap_or(1024)
 }
 
 /// Each connection is a descriptor: lift RLIMIT_NOFILE (as root up to 1 Mi).
 pub(crate) fn raise_fd_limit() {
-    const WANTED: libc::rlim_t = 1 << 20;
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read/write the struct we pass.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return;
-        }
-        let raised = libc::rlimit {
-            rlim_cur: WANTED.max(lim.rlim_max),
-            rlim_max: WANTED.max(lim.rlim_max),
-        };
-        if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-    }
+    let _ = pathdoc_sys::fd_limit::raise(pathdoc_sys::fd_limit::RaisePolicy::AtLeast(1 << 20));
 }

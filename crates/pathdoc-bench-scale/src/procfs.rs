@@ -24,25 +24,9 @@ pub fn memory(pid: u32) -> anyhow::Result<Memory> {
 
 /// User + system CPU time the process has used so far.
 pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("reading /proc/{pid}/stat"))?;
-    // The command name may contain spaces; fields are counted after its closing parenthesis.
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .context("malformed /proc/PID/stat")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of stat(5); field 3 (state) is index 0 here.
-    let ticks = |i: usize| -> anyhow::Result<u64> {
-        fields
-            .get(i)
-            .and_then(|f| f.parse().ok())
-            .context("malformed /proc/PID/stat")
-    };
-    let total = ticks(11)? + ticks(12)?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Ok(Duration::from_secs_f64(total as f64 / hz as f64))
+    let stat =
+        pathdoc_sys::process::stat(pid).with_context(|| format!("reading /proc/{pid}/stat"))?;
+    Ok(Duration::from_secs_f64(stat.cpu_seconds))
 }
 
 /// Kernel-wide TCP socket counters (both ends of every loopback connection count).
@@ -81,9 +65,7 @@ pub fn kernel_sockets() -> KernelSockets {
 
 /// Value of a `Key:   123 kB` line, in bytes.
 fn kib_field(text: &str, key: &str) -> Option<u64> {
-    let line = text.lines().find(|l| l.starts_with(key))?;
-    let kib: u64 = line[key.len()..].split_whitespace().next()?.parse().ok()?;
-    Some(kib * 1024)
+    Some(pathdoc_sys::process::status_number(text, key)? * 1024)
 }
 
 #[cfg(test)]

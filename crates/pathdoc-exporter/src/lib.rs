@@ -52,28 +52,3 @@ pub async fn serve(
     }
     server.map_err(ExporterError::Serve)
 }
-
-/// Raise the soft limit on open files to the hard one (every HTTP connection, probe socket and
-/// idle-monitor connection is a descriptor) and return the soft limit in force afterwards.
-pub fn raise_fd_limit() -> std::io::Result<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read and write the struct passed to them.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if lim.rlim_cur < lim.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: lim.rlim_max,
-                rlim_max: lim.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                lim.rlim_cur = lim.rlim_max;
-            }
-        }
-    }
-    Ok(lim.rlim_cur)
-}

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use pathdoc_proto::{CheckKind, FramedConn};
-use pathdoc_server::{ConnectionPermit, Service, ServiceError, Session};
+use pathdoc_server::{next_request, ConnectionPermit, Service, ServiceError, Session};
 use serde::Serialize;
 
 use crate::duration::to_ms;
@@ -167,24 +167,12 @@ impl Service for IdleService {
         _resumed: bool,
     ) -> Result<(), ServiceError> {
         let state = session.state::<IdleState>();
-        loop {
-            let req: ControlRequest = match conn
-                .recv_timeout(CONTROL_SILENCE, "an idle-check control message")
-                .await
-            {
-                Ok(r) => r,
-                Err(e) if e.is_disconnect() => return Ok(()),
-                // A frame that is not a request: say so and carry on.
-                Err(pathdoc_proto::ProtoError::Malformed(m)) => {
-                    conn.send(&ControlReply::Error {
-                        message: format!("malformed request: {m}"),
-                    })
-                    .await?;
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            };
-            session.touch();
+        let what = "an idle-check control message";
+        let malformed = |message| ControlReply::Error { message };
+        while let Some(req) =
+            next_request::<ControlRequest, _>(&session, &mut conn, CONTROL_SILENCE, what, malformed)
+                .await?
+        {
             let reply = match req {
                 ControlRequest::Heartbeat { seq } => ControlReply::HeartbeatAck {
                     seq,
@@ -235,6 +223,7 @@ impl Service for IdleService {
             };
             conn.send(&reply).await?;
         }
+        Ok(())
     }
 
     fn admit_data(

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use pathdoc_proto::{CheckKind, FramedConn, UdpHeader};
-use pathdoc_server::{Service, ServiceError, Session};
+use pathdoc_server::{next_request, Service, ServiceError, Session};
 use pathdoc_sys::pmtu;
 use tokio::io::AsyncWriteExt;
 
@@ -213,114 +213,13 @@ impl MtuService {
             Request::Start => Reply::Started {
                 tcp_mtu_probing: read_tcp_mtu_probing(),
             },
-            Request::DownTarget => {
-                let (client_udp, existing) = {
-                    let g = state.lock();
-                    (g.client_udp, g.probe_sock.clone())
-                };
-                let mut route_mtu = None;
-                if let Some(to) = client_udp {
-                    let sock = match existing {
-                        Some(s) if s.peer_addr().ok() == Some(to) => s,
-                        _ => {
-                            let s = Arc::new(self.open_probe_socket(session, conn, to)?);
-                            state.lock().probe_sock = Some(s.clone());
-                            s
-                        }
-                    };
-                    route_mtu = pmtu::route_mtu(&sock).ok();
-                }
-                Reply::DownTarget {
-                    client_udp,
-                    route_mtu,
-                }
-            }
+            Request::DownTarget => self.down_target(session, conn, state)?,
             Request::ProbeDown {
                 round,
                 probes,
                 attempts,
                 wait_ms,
-            } => {
-                if probes.len() > MAX_PROBES_PER_REQUEST
-                    || attempts == 0
-                    || attempts > MAX_ATTEMPTS
-                    || wait_ms > MAX_WAIT_MS
-                {
-                    return Ok(Some(Reply::Error { message: format!("at most {MAX_PROBES_PER_REQUEST} probes, 1..={MAX_ATTEMPTS} attempts, {MAX_WAIT_MS} ms wait") }));
-                }
-                if probes.iter().any(|p| {
-                    !(MIN_PROBE_SIZE..=MAX_PROBE_SIZE).contains(&p.size) || p.ttl == Some(0)
-                }) {
-                    return Ok(Some(Reply::Error {
-                        message: format!(
-                            "probe sizes must be {MIN_PROBE_SIZE}..={MAX_PROBE_SIZE} and TTL ≥ 1"
-                        ),
-                    }));
-                }
-                let Some(sock) = state.lock().probe_sock.clone() else {
-                    return Ok(Some(Reply::Error { message: "no client UDP address yet: send the open datagram and ask down-target first".into() }));
-                };
-                let to = sock.peer_addr()?;
-                let overhead = pmtu::udp_overhead(&to);
-                let _ = pmtu::drain_error_queue(&sock);
-                let mut sent = Vec::new();
-                let mut local_too_big: Vec<u16> = Vec::new();
-                for spec in &probes {
-                    let ttl = spec.ttl.unwrap_or(64);
-                    pmtu::set_ttl(&sock, ttl)?;
-                    for _ in 0..attempts {
-                        let id = {
-                            let mut g = state.lock();
-                            g.next_id = g.next_id.wrapping_add(1);
-                            g.next_id
-                        };
-                        let datagram = probe_datagram(
-                            session.id,
-                            KIND_DOWN_PROBE,
-                            ProbeFields {
-                                round,
-                                id,
-                                size: spec.size,
-                                ttl,
-                            },
-                            overhead,
-                        );
-                        if !session.charge_udp(datagram.len()) {
-                            return Ok(Some(Reply::Error {
-                                message: "session UDP budget exhausted".into(),
-                            }));
-                        }
-                        let local_error = if local_too_big.contains(&spec.size) {
-                            true
-                        } else {
-                            match send_probe(&sock, &datagram) {
-                                Ok(()) => false,
-                                Err(too_big) => {
-                                    if too_big {
-                                        local_too_big.push(spec.size);
-                                    }
-                                    true
-                                }
-                            }
-                        };
-                        sent.push(SentProbe {
-                            id,
-                            size: spec.size,
-                            ttl: spec.ttl,
-                            local_error,
-                        });
-                    }
-                }
-                pmtu::set_ttl(&sock, 64)?;
-                tokio::time::sleep(Duration::from_millis(u64::from(wait_ms))).await;
-                let queue = pmtu::drain_error_queue(&sock)?;
-                Reply::DownSent {
-                    round,
-                    probes: sent,
-                    icmp: icmp_list(&queue),
-                    local_mtu: local_mtu(&queue),
-                }
-            }
+            } => probe_down(session, state, round, &probes, attempts, wait_ms).await?,
             Request::UpReceived { round } => {
                 let ids = state
                     .lock()
@@ -331,70 +230,8 @@ impl MtuService {
                     .collect();
                 Reply::UpReceived { round, ids }
             }
-            Request::MssListen => {
-                {
-                    let mut g = state.lock();
-                    if g.mss_listeners >= MAX_MSS_LISTENERS || g.mss_listening {
-                        return Ok(Some(Reply::Error {
-                            message: format!(
-                                "one MSS listener at a time and at most {MAX_MSS_LISTENERS} per session"
-                            ),
-                        }));
-                    }
-                    g.mss_listeners += 1;
-                    g.mss_listening = true;
-                }
-                let addr = SocketAddr::new(conn.local().ip(), 0);
-                let listener = std::net::TcpListener::bind(addr)?;
-                pathdoc_sys::saved_syn::enable_save_syn(&listener)?;
-                listener.set_nonblocking(true)?;
-                let port = listener.local_addr()?.port();
-                let listener = tokio::net::TcpListener::from_std(listener)?;
-                let (session, state) = (session.clone(), state.clone());
-                state.lock().mss = None;
-                tokio::spawn(async move {
-                    let deadline = Instant::now() + Duration::from_secs(5);
-                    let cancel = session.cancel.clone();
-                    while let Some(Ok(Ok((stream, peer)))) = tokio::select! {
-                        _ = cancel.cancelled() => None,
-                        r = tokio::time::timeout_at(deadline.into(), listener.accept()) => Some(r),
-                    } {
-                        if !session.knows_addr(peer.ip()) {
-                            continue;
-                        }
-                        let syn_mss = pathdoc_sys::saved_syn::saved_syn(&stream)
-                            .ok()
-                            .and_then(|h| pathdoc_sys::saved_syn::syn_mss(&h));
-                        let advmss = pathdoc_sys::tcp_info::tcp_info(&stream)
-                            .ok()
-                            .map(|i| i.advmss());
-                        state.lock().mss = Some((syn_mss, advmss));
-                        // Hold the connection briefly so the client can read its TCP_INFO.
-                        let _ =
-                            tokio::time::timeout(Duration::from_secs(5), stream.readable()).await;
-                        break;
-                    }
-                    state.lock().mss_listening = false;
-                });
-                Reply::MssListening { port }
-            }
-            Request::MssResult => {
-                let deadline = Instant::now() + Duration::from_secs(2);
-                loop {
-                    if let Some((syn_mss, server_advmss)) = state.lock().mss {
-                        break Reply::MssSeen {
-                            syn_mss,
-                            server_advmss,
-                        };
-                    }
-                    if Instant::now() > deadline {
-                        break Reply::Error {
-                            message: "no connection reached the MSS listener".into(),
-                        };
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
+            Request::MssListen => mss_listen(session, conn, state)?,
+            Request::MssResult => mss_result(state).await,
             Request::BulkStats => {
                 // One lock for both: two guards in one expression would deadlock.
                 let mut inner = state.lock();
@@ -405,6 +242,216 @@ impl MtuService {
             }
             Request::Done => return Ok(None),
         }))
+    }
+
+    /// Where server → client probes go (the client's UDP address as seen here), opening the
+    /// probe socket on first use, and the route's MTU towards it.
+    fn down_target(
+        &self,
+        session: &Arc<Session>,
+        conn: &FramedConn,
+        state: &Arc<State>,
+    ) -> Result<Reply, ServiceError> {
+        let (client_udp, existing) = {
+            let g = state.lock();
+            (g.client_udp, g.probe_sock.clone())
+        };
+        let mut route_mtu = None;
+        if let Some(to) = client_udp {
+            let sock = match existing {
+                Some(s) if s.peer_addr().ok() == Some(to) => s,
+                _ => {
+                    let s = Arc::new(self.open_probe_socket(session, conn, to)?);
+                    state.lock().probe_sock = Some(s.clone());
+                    s
+                }
+            };
+            route_mtu = pmtu::route_mtu(&sock).ok();
+        }
+        Ok(Reply::DownTarget {
+            client_udp,
+            route_mtu,
+        })
+    }
+}
+
+/// One round of server → client DF probes: check the request, send every probe `attempts`
+/// times, wait `wait_ms`, then read what the error queue learnt (ICMP, the local MTU).
+async fn probe_down(
+    session: &Arc<Session>,
+    state: &Arc<State>,
+    round: u32,
+    probes: &[ProbeSpec],
+    attempts: u8,
+    wait_ms: u32,
+) -> Result<Reply, ServiceError> {
+    if probes.len() > MAX_PROBES_PER_REQUEST
+        || attempts == 0
+        || attempts > MAX_ATTEMPTS
+        || wait_ms > MAX_WAIT_MS
+    {
+        return Ok(Reply::Error { message: format!("at most {MAX_PROBES_PER_REQUEST} probes, 1..={MAX_ATTEMPTS} attempts, {MAX_WAIT_MS} ms wait") });
+    }
+    if probes
+        .iter()
+        .any(|p| !(MIN_PROBE_SIZE..=MAX_PROBE_SIZE).contains(&p.size) || p.ttl == Some(0))
+    {
+        return Ok(Reply::Error {
+            message: format!("probe sizes must be {MIN_PROBE_SIZE}..={MAX_PROBE_SIZE} and TTL ≥ 1"),
+        });
+    }
+    let Some(sock) = state.lock().probe_sock.clone() else {
+        return Ok(Reply::Error {
+            message: "no client UDP address yet: send the open datagram and ask down-target first"
+                .into(),
+        });
+    };
+    let overhead = pmtu::udp_overhead(&sock.peer_addr()?);
+    let _ = pmtu::drain_error_queue(&sock);
+    let sent = send_down_probes(session, state, &sock, round, probes, attempts, overhead)?;
+    let Some(sent) = sent else {
+        return Ok(Reply::Error {
+            message: "session UDP budget exhausted".into(),
+        });
+    };
+    tokio::time::sleep(Duration::from_millis(u64::from(wait_ms))).await;
+    let queue = pmtu::drain_error_queue(&sock)?;
+    Ok(Reply::DownSent {
+        round,
+        probes: sent,
+        icmp: icmp_list(&queue),
+        local_mtu: local_mtu(&queue),
+    })
+}
+
+/// Send each probe `attempts` times, each with its own id; a size the local stack refused as
+/// too big is not sent again. `None` when the session's UDP budget ran out.
+fn send_down_probes(
+    session: &Arc<Session>,
+    state: &Arc<State>,
+    sock: &UdpSocket,
+    round: u32,
+    probes: &[ProbeSpec],
+    attempts: u8,
+    overhead: usize,
+) -> Result<Option<Vec<SentProbe>>, ServiceError> {
+    let mut sent = Vec::new();
+    let mut local_too_big: Vec<u16> = Vec::new();
+    for spec in probes {
+        let ttl = spec.ttl.unwrap_or(64);
+        pmtu::set_ttl(sock, ttl)?;
+        for _ in 0..attempts {
+            let id = {
+                let mut g = state.lock();
+                g.next_id = g.next_id.wrapping_add(1);
+                g.next_id
+            };
+            let fields = ProbeFields {
+                round,
+                id,
+                size: spec.size,
+                ttl,
+            };
+            let datagram = probe_datagram(session.id, KIND_DOWN_PROBE, fields, overhead);
+            if !session.charge_udp(datagram.len()) {
+                return Ok(None);
+            }
+            let local_error = if local_too_big.contains(&spec.size) {
+                true
+            } else {
+                match send_probe(sock, &datagram) {
+                    Ok(()) => false,
+                    Err(too_big) => {
+                        if too_big {
+                            local_too_big.push(spec.size);
+                        }
+                        true
+                    }
+                }
+            };
+            sent.push(SentProbe {
+                id,
+                size: spec.size,
+                ttl: spec.ttl,
+                local_error,
+            });
+        }
+    }
+    pmtu::set_ttl(sock, 64)?;
+    Ok(Some(sent))
+}
+
+/// Open a listener that saves the client's SYN (one at a time, a few per session): the MSS the
+/// client announces and the one this end advertises, read by [`mss_result`].
+fn mss_listen(
+    session: &Arc<Session>,
+    conn: &FramedConn,
+    state: &Arc<State>,
+) -> Result<Reply, ServiceError> {
+    {
+        let mut g = state.lock();
+        if g.mss_listeners >= MAX_MSS_LISTENERS || g.mss_listening {
+            return Ok(Reply::Error {
+                message: format!(
+                    "one MSS listener at a time and at most {MAX_MSS_LISTENERS} per session"
+                ),
+            });
+        }
+        g.mss_listeners += 1;
+        g.mss_listening = true;
+    }
+    let addr = SocketAddr::new(conn.local().ip(), 0);
+    let listener = std::net::TcpListener::bind(addr)?;
+    pathdoc_sys::saved_syn::enable_save_syn(&listener)?;
+    listener.set_nonblocking(true)?;
+    let port = listener.local_addr()?.port();
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    state.lock().mss = None;
+    tokio::spawn(read_one_syn(session.clone(), state.clone(), listener));
+    Ok(Reply::MssListening { port })
+}
+
+/// The first connection from the session's client within 5 s: its SYN's MSS and our advmss.
+async fn read_one_syn(session: Arc<Session>, state: Arc<State>, listener: tokio::net::TcpListener) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let cancel = session.cancel.clone();
+    while let Some(Ok(Ok((stream, peer)))) = tokio::select! {
+        _ = cancel.cancelled() => None,
+        r = tokio::time::timeout_at(deadline.into(), listener.accept()) => Some(r),
+    } {
+        if !session.knows_addr(peer.ip()) {
+            continue;
+        }
+        let syn_mss = pathdoc_sys::saved_syn::saved_syn(&stream)
+            .ok()
+            .and_then(|h| pathdoc_sys::saved_syn::syn_mss(&h));
+        let advmss = pathdoc_sys::tcp_info::tcp_info(&stream)
+            .ok()
+            .map(|i| i.advmss());
+        state.lock().mss = Some((syn_mss, advmss));
+        // Hold the connection briefly so the client can read its TCP_INFO.
+        let _ = tokio::time::timeout(Duration::from_secs(5), stream.readable()).await;
+        break;
+    }
+    state.lock().mss_listening = false;
+}
+
+/// What the MSS listener saw, waiting up to 2 s for its connection.
+async fn mss_result(state: &Arc<State>) -> Reply {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        if let Some((syn_mss, server_advmss)) = state.lock().mss {
+            return Reply::MssSeen {
+                syn_mss,
+                server_advmss,
+            };
+        }
+        if Instant::now() > deadline {
+            return Reply::Error {
+                message: "no connection reached the MSS listener".into(),
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -422,24 +469,11 @@ impl Service for MtuService {
     ) -> Result<(), ServiceError> {
         let state = session.state::<State>();
         let _release = ProbeSocketRelease(state.clone());
-        loop {
-            let received = tokio::select! {
-                _ = session.cancel.cancelled() => return Ok(()),
-                r = conn.recv_timeout(CONTROL_IDLE, "the next mtu request") => r,
-            };
-            let req: Request = match received {
-                Ok(r) => r,
-                // A frame that is not a request: say so and carry on.
-                Err(pathdoc_proto::ProtoError::Malformed(m)) => {
-                    conn.send(&Reply::Error {
-                        message: format!("malformed request: {m}"),
-                    })
-                    .await?;
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            };
-            session.touch();
+        let what = "the next mtu request";
+        let malformed = |message| Reply::Error { message };
+        while let Some(req) =
+            next_request(&session, &mut conn, CONTROL_IDLE, what, malformed).await?
+        {
             let reply = match self.handle(&session, &mut conn, &state, req).await {
                 Ok(Some(r)) => r,
                 Ok(None) => return Ok(()),
@@ -449,6 +483,7 @@ impl Service for MtuService {
             };
             conn.send(&reply).await?;
         }
+        Ok(())
     }
 
     fn admit_data(

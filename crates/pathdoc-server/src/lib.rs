@@ -15,6 +15,7 @@ pub mod budget;
 pub mod closing;
 pub mod fair;
 pub mod limits;
+pub mod requests;
 pub mod session;
 pub mod stats;
 
@@ -32,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 pub use budget::{Budget, BudgetHold, Budgets, Refuse};
 pub use fair::{FairPool, Over};
 pub use limits::{ClientKey, ConnectionPermit, Limits, Reservation};
+pub use requests::next_request;
 pub use session::{EndReason, RegistrySnapshot, Session, SessionRegistry};
 pub use stats::Accounting;
 

@@ -190,22 +190,11 @@ pub struct ProcessReadings {
 }
 
 pub fn process_readings() -> ProcessReadings {
-    let fds = std::fs::read_dir("/proc/self/fd")
-        .map(|d| d.count() as u64)
-        .unwrap_or(0);
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |key: &str| -> u64 {
-        status
-            .lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l[key.len()..].split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
+    let own = pathdoc_sys::process::footprint(std::process::id());
     ProcessReadings {
-        fds,
-        threads: field("Threads:"),
-        rss: field("VmRSS:") * 1024,
+        fds: own.fds,
+        threads: own.threads,
+        rss: own.rss_bytes,
     }
 }
 

@@ -423,18 +423,11 @@ fn start_streams(
     stop: &Arc<AtomicBool>,
     end: Instant,
 ) -> Result<Vec<RunningStream>, SpeedError> {
-    let per_stream = spec.bytes.map(|b| b / u64::from(spec.streams));
     let mut streams = Vec::new();
     for (tag, stream) in data {
         let sending = parse_tag(tag).0 == Direction::Upload;
         let budget = if sending {
-            per_stream.map(|b| {
-                if parse_tag(tag).1 == 0 {
-                    b + spec.bytes.unwrap_or(0) % u64::from(spec.streams)
-                } else {
-                    b
-                }
-            })
+            spec.stream_byte_budget(tag)
         } else {
             None
         };

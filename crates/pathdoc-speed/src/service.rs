@@ -334,19 +334,12 @@ async fn run_one_test(
         .unwrap_or(0.0);
     let stop = Arc::new(AtomicBool::new(false));
     let hard_end = t0 + duration + GRACE;
-    let per_stream = spec.bytes.map(|b| b / u64::from(spec.streams));
     let mut streams = Vec::new();
     let mut done = Vec::new();
     for (tag, stream, done_tx) in attached {
         let sending = parse_tag(tag).0 == Direction::Download;
         let budget = if sending {
-            per_stream.map(|b| {
-                if parse_tag(tag).1 == 0 {
-                    b + spec.bytes.unwrap_or(0) % u64::from(spec.streams)
-                } else {
-                    b
-                }
-            })
+            spec.stream_byte_budget(tag)
         } else {
             None
         };

@@ -103,6 +103,22 @@ pub struct TestSpec {
     pub interval_ms: u64,
 }
 
+impl TestSpec {
+    /// Payload bytes the sending end of data stream `tag` sends in a test limited by `bytes`:
+    /// an equal share, stream 0 also taking the remainder, so the shares add up to `bytes`.
+    /// Client and server both stop their senders by it.
+    pub fn stream_byte_budget(&self, tag: u32) -> Option<u64> {
+        let total = self.bytes?;
+        let streams = u64::from(self.streams.max(1));
+        let share = total / streams;
+        Some(if parse_tag(tag).1 == 0 {
+            share + total % streams
+        } else {
+            share
+        })
+    }
+}
+
 /// The server's TCP memory settings, for remedies that name the server side.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostTcpSettings {
@@ -180,6 +196,26 @@ mod tests {
                 assert_eq!(parse_tag(stream_tag(d, i)), (d, i));
             }
         }
+    }
+
+    #[test]
+    fn stream_byte_budgets_add_up_to_the_test_bytes() {
+        let spec = |bytes, streams| TestSpec {
+            mode: Mode::Upload,
+            streams,
+            duration_ms: 1000,
+            bytes,
+            server_cc: None,
+            window: None,
+            interval_ms: 100,
+        };
+        let four = spec(Some(1003), 4);
+        let shares: Vec<_> = (0..4)
+            .map(|i| four.stream_byte_budget(stream_tag(Direction::Download, i)))
+            .collect();
+        assert_eq!(shares, [Some(253), Some(250), Some(250), Some(250)]);
+        assert_eq!(spec(None, 4).stream_byte_budget(0), None);
+        assert_eq!(spec(Some(7), 0).stream_byte_budget(0), Some(7));
     }
 
     #[test]

@@ -287,20 +287,76 @@ fn interrupted_finding(way: Way, cut: &[&Transfer]) -> Finding {
     )
 }
 
-/// The verdict for one direction.
+/// The verdict for one direction, in phases: choose the transfer to judge, read the basis of the
+/// verdict from it, name what limits the rate, then the finding with its evidence.
 pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
+    let (def, st) = match judged_transfer(input) {
+        Ok(chosen) => chosen,
+        Err(no_verdict) => return *no_verdict,
+    };
+    let basis = Basis::of(input, def, st);
+    let limit = basis.limit(input);
+    // A buffer or window limit always costs throughput a fix would win back; a CPU limit only
+    // matters when the network could carry more.
+    let faster_unproven = match limit {
+        Limit::Inconclusive if def.requested_cipher.is_none() => basis
+            .table
+            .iter()
+            .find(|c| !c.default && c.rate_bps >= UNPROVEN_CIPHER_GAIN * basis.rate),
+        _ => None,
+    };
+    let status = match limit {
+        Limit::Network => Status::Pass,
+        Limit::Inconclusive if faster_unproven.is_some() => Status::Warn,
+        Limit::Inconclusive => Status::Inconclusive,
+        Limit::TcpBuffer | Limit::ChannelWindow => Status::Warn,
+        Limit::CipherCpu if basis.raw.is_some_and(|r| basis.rate < NETWORK_SHARE * r) => {
+            Status::Warn
+        }
+        Limit::CipherCpu => Status::Info,
+    };
+    // Literal ids, so the finding-id test can read them (docs/output.md).
+    let id = match limit {
+        Limit::CipherCpu => "ssh-cpu-limited",
+        Limit::ChannelWindow => "ssh-window-limited",
+        Limit::TcpBuffer => "ssh-tcp-buffer-limited",
+        Limit::Network => "ssh-network-limited",
+        Limit::Inconclusive if faster_unproven.is_some() => "ssh-cipher-faster-unproven",
+        Limit::Inconclusive => "ssh-limit-inconclusive",
+    };
+    let f = Finding::new(CHECK, id, status, String::new())
+        .direction(input.way.direction())
+        .evidences(shared_evidence(input, &basis));
+    limit_verdict(f, input, &basis, limit, faster_unproven)
+}
+
+/// The transfer a direction is judged on and its steady part: the default cipher's if it can be
+/// judged, else the first that can. Without one, the finding that says why there is no verdict.
+fn judged_transfer<'a>(
+    input: &DirectionInput<'a>,
+) -> Result<(&'a Transfer, &'a Steady), Box<Finding>> {
     let way = input.way;
     let mine: Vec<&Transfer> = input.transfers.iter().filter(|t| t.way == way).collect();
-    let default = mine
+    let judged = |t: &&'a Transfer| {
+        t.steady
+            .as_ref()
+            .filter(|_| judgeable(t))
+            .map(|st| (*t, st))
+    };
+    let chosen = mine
         .iter()
-        .find(|t| t.requested_cipher.is_none() && judgeable(t))
-        .or_else(|| mine.iter().find(|t| judgeable(t)));
-    let Some(def) = default.copied() else {
-        if !mine.is_empty() && mine.iter().all(|t| t.interrupted()) {
-            return interrupted_finding(way, &mine);
-        }
-        let why: Vec<String> = mine.iter().filter_map(|t| t.incomplete.clone()).collect();
-        return Finding::new(
+        .filter(|t| t.requested_cipher.is_none())
+        .find_map(judged)
+        .or_else(|| mine.iter().find_map(judged));
+    if let Some(chosen) = chosen {
+        return Ok(chosen);
+    }
+    if !mine.is_empty() && mine.iter().all(|t| t.interrupted()) {
+        return Err(Box::new(interrupted_finding(way, &mine)));
+    }
+    let why: Vec<String> = mine.iter().filter_map(|t| t.incomplete.clone()).collect();
+    Err(Box::new(
+        Finding::new(
             CHECK,
             "ssh-limit-inconclusive",
             Status::Inconclusive,
@@ -311,67 +367,144 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
             "No SSH transfer in this direction produced enough samples to judge.".to_string()
         } else {
             format!("The SSH transfers did not complete: {}", why.join("; "))
-        });
-    };
-    let st = def
-        .steady
-        .as_ref()
-        .expect("chosen for having a steady part");
-    let cipher = def.cipher().unwrap_or("the negotiated cipher").to_string();
-    let table = cipher_table(way, input.transfers);
-    let rate = st.rate_bps;
-    let raw = input.raw_bps.filter(|r| *r > 0.0);
-    let window = def.window();
-    let rtt_ms = st.rtt_ms.or(st.min_rtt_ms);
-    let ceiling = match (window, rtt_ms) {
-        (Some(w), Some(r)) if r > 0.0 => Some(w as f64 * 8.0 / (r / 1000.0)),
-        _ => None,
-    };
-    let window_ratio = ceiling.map(|c| rate / c);
-    let buffer_share = st.buffer_limited_of_busy();
-    let raw_buffer_limited = matches!(
-        input.raw_limit,
-        Some("receive-window-limited" | "send-buffer-limited")
-    );
-    let cpu = busiest(st);
+        }),
+    ))
+}
 
-    let limit = if cpu.is_some_and(|(_, s)| s >= CPU_SATURATED) {
-        Limit::CipherCpu
-    } else if buffer_share.is_some_and(|b| b >= BUFFER_LIMITED) {
-        Limit::TcpBuffer
-    } else if window_ratio.is_some_and(|r| (WINDOW_BAND.0..=WINDOW_BAND.1).contains(&r))
-        && raw.is_some_and(|r| r >= RAW_MUCH_FASTER * rate)
-    {
-        Limit::ChannelWindow
-    } else if raw.is_some_and(|r| rate >= NETWORK_SHARE * r) && raw_buffer_limited {
-        // As fast as raw TCP, and raw TCP itself is held back by a TCP buffer.
-        Limit::TcpBuffer
-    } else if raw.is_some_and(|r| rate >= NETWORK_SHARE * r) {
-        Limit::Network
-    } else {
-        Limit::Inconclusive
-    };
+/// What one direction's verdict is judged on: the chosen transfer's steady part, and what its
+/// rate is compared with.
+struct Basis<'a> {
+    def: &'a Transfer,
+    st: &'a Steady,
+    cipher: String,
+    /// Every cipher measured in this direction, fastest first.
+    table: Vec<CipherResult>,
+    /// The steady SSH rate, bit/s.
+    rate: f64,
+    /// Raw TCP on the same path, bit/s (absent or zero: not measured).
+    raw: Option<f64>,
+    /// The SSH channel window, bytes.
+    window: Option<u64>,
+    rtt_ms: Option<f64>,
+    /// Window / RTT, bit/s.
+    ceiling: Option<f64>,
+    /// The rate's share of that ceiling.
+    window_ratio: Option<f64>,
+    /// The end whose CPU was busier, and its share of its allowance.
+    cpu: Option<(Side, f64)>,
+}
 
-    // A buffer or window limit always costs throughput a fix would win back; a CPU limit only
-    // matters when the network could carry more.
-    let faster_unproven = match limit {
-        Limit::Inconclusive if def.requested_cipher.is_none() => table
-            .iter()
-            .find(|c| !c.default && c.rate_bps >= UNPROVEN_CIPHER_GAIN * rate),
-        _ => None,
-    };
-    let status = match limit {
-        Limit::Network => Status::Pass,
-        Limit::Inconclusive if faster_unproven.is_some() => Status::Warn,
-        Limit::Inconclusive => Status::Inconclusive,
-        Limit::TcpBuffer | Limit::ChannelWindow => Status::Warn,
-        Limit::CipherCpu if raw.is_some_and(|r| rate < NETWORK_SHARE * r) => Status::Warn,
-        Limit::CipherCpu => Status::Info,
-    };
+impl<'a> Basis<'a> {
+    fn of(input: &DirectionInput<'_>, def: &'a Transfer, st: &'a Steady) -> Self {
+        let rate = st.rate_bps;
+        let window = def.window();
+        let rtt_ms = st.rtt_ms.or(st.min_rtt_ms);
+        let ceiling = match (window, rtt_ms) {
+            (Some(w), Some(r)) if r > 0.0 => Some(w as f64 * 8.0 / (r / 1000.0)),
+            _ => None,
+        };
+        Basis {
+            def,
+            st,
+            cipher: def.cipher().unwrap_or("the negotiated cipher").to_string(),
+            table: cipher_table(input.way, input.transfers),
+            rate,
+            raw: input.raw_bps.filter(|r| *r > 0.0),
+            window,
+            rtt_ms,
+            ceiling,
+            window_ratio: ceiling.map(|c| rate / c),
+            cpu: busiest(st),
+        }
+    }
 
-    // Evidence shared by every verdict.
+    /// What limits the rate, first match wins.
+    fn limit(&self, input: &DirectionInput<'_>) -> Limit {
+        let (rate, raw) = (self.rate, self.raw);
+        let raw_buffer_limited = matches!(
+            input.raw_limit,
+            Some("receive-window-limited" | "send-buffer-limited")
+        );
+        if self.cpu.is_some_and(|(_, s)| s >= CPU_SATURATED) {
+            Limit::CipherCpu
+        } else if self
+            .st
+            .buffer_limited_of_busy()
+            .is_some_and(|b| b >= BUFFER_LIMITED)
+        {
+            Limit::TcpBuffer
+        } else if self
+            .window_ratio
+            .is_some_and(|r| (WINDOW_BAND.0..=WINDOW_BAND.1).contains(&r))
+            && raw.is_some_and(|r| r >= RAW_MUCH_FASTER * rate)
+        {
+            Limit::ChannelWindow
+        } else if raw.is_some_and(|r| rate >= NETWORK_SHARE * r) && raw_buffer_limited {
+            // As fast as raw TCP, and raw TCP itself is held back by a TCP buffer.
+            Limit::TcpBuffer
+        } else if raw.is_some_and(|r| rate >= NETWORK_SHARE * r) {
+            Limit::Network
+        } else {
+            Limit::Inconclusive
+        }
+    }
+}
+
+/// The limit's own text, remedies and evidence on top of the shared evidence in `f`.
+fn limit_verdict(
+    f: Finding,
+    input: &DirectionInput<'_>,
+    b: &Basis<'_>,
+    limit: Limit,
+    faster_unproven: Option<&CipherResult>,
+) -> Finding {
+    let (def, st, raw) = (b.def, b.st, b.raw);
+    match limit {
+        Limit::CipherCpu => cpu_verdict(
+            f,
+            input,
+            def,
+            st,
+            b.cpu.map(|c| c.0).unwrap_or(Side::Server),
+            &b.table,
+            raw,
+        ),
+        Limit::ChannelWindow => window_verdict(
+            f,
+            input,
+            st,
+            b.window.unwrap_or(0),
+            b.rtt_ms.unwrap_or(0.0),
+            b.ceiling.unwrap_or(0.0),
+            raw.unwrap_or(0.0),
+        ),
+        Limit::TcpBuffer => buffer_verdict(f, input, st, b.rtt_ms, raw),
+        Limit::Network => network_verdict(f, input, b.rate, raw.unwrap_or(0.0), b.window_ratio),
+        Limit::Inconclusive => {
+            let reasons = unexplained_reasons(st, b.cpu, b.window_ratio, raw);
+            match faster_unproven {
+                Some(best) => faster_cipher_unproven_verdict(f, input, def, st, best, &reasons),
+                None => inconclusive_verdict(f, input, st, &reasons),
+            }
+        }
+    }
+}
+
+/// Evidence shared by every verdict: the rates, both ends' CPU, the connection's window and
+/// RTT, and the cipher table.
+fn shared_evidence(input: &DirectionInput<'_>, b: &Basis<'_>) -> Vec<Evidence> {
+    let mut ev = rate_and_raw_evidence(input, b);
+    ev.extend(cpu_evidence(b.st));
+    ev.extend(connection_evidence(b));
+    ev.extend(b.table.iter().map(cipher_evidence));
+    ev
+}
+
+/// The steady SSH rate, the whole transfer's payload, and raw TCP on the same path.
+fn rate_and_raw_evidence(input: &DirectionInput<'_>, b: &Basis<'_>) -> Vec<Evidence> {
+    let (way, def, st, rate) = (input.way, b.def, b.st, b.rate);
     let mut ev = rate_evidence(
-        &format!("SSH {} rate, steady ({cipher})", way.label()),
+        &format!("SSH {} rate, steady ({})", way.label(), b.cipher),
         rate,
         Some(format!(
             "TCP bytes of the SSH connection from {:.1} s to {:.1} s of the transfer; SSH framing adds ≈ 0.1 %",
@@ -395,7 +528,7 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
             }
         )),
     );
-    if let Some(r) = raw {
+    if let Some(r) = b.raw {
         ev.push(
             Evidence::new(
                 format!("raw TCP {} goodput, same path", way.label()),
@@ -413,6 +546,12 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
             )),
         );
     }
+    ev
+}
+
+/// CPU of `ssh` on the client and `sshd` on the server.
+fn cpu_evidence(st: &Steady) -> Vec<Evidence> {
+    let mut ev = Vec::new();
     if let Some(c) = st.client.ssh_process {
         ev.push(
             Evidence::new(
@@ -436,14 +575,22 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
             .with_detail(format!("{}{cmd}", cpu_detail(&st.server))),
         );
     }
-    if let Some(w) = window {
-        let how = match way {
+    ev
+}
+
+/// The SSH channel window, the connection's RTT and the ceiling they make, what held the
+/// sending TCP back, and retransmissions.
+fn connection_evidence(b: &Basis<'_>) -> Vec<Evidence> {
+    let st = b.st;
+    let mut ev = Vec::new();
+    if let Some(w) = b.window {
+        let how = match b.def.way {
             Way::Upload => "the server's window: ssh -vv `open confirm rwindow` + `rcvd adjust`",
             Way::Download => "the client's own window: ssh -vv `window … sent adjust …`",
         };
         ev.push(Evidence::new("SSH channel window", Quantity::Bytes(w)).with_detail(how));
     }
-    if let Some(r) = rtt_ms {
+    if let Some(r) = b.rtt_ms {
         ev.push(
             Evidence::new("RTT of the SSH connection", Quantity::Seconds(r / 1000.0)).with_detail(
                 format!(
@@ -462,7 +609,7 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
             ),
         );
     }
-    if let (Some(c), Some(ratio)) = (ceiling, window_ratio) {
+    if let (Some(c), Some(ratio)) = (b.ceiling, b.window_ratio) {
         ev.push(
             Evidence::new("window / RTT ceiling", Quantity::Rate(c))
                 .with_detail(format!("the SSH rate is {} of it", pct(ratio))),
@@ -491,81 +638,39 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
             Quantity::Count(r),
         ));
     }
-    for c in &table {
-        let name = format!(
-            "{}{}{}",
-            c.cipher,
-            c.mac
-                .as_deref()
-                .map(|m| format!(" + {m}"))
-                .unwrap_or_default(),
-            if c.default {
-                " (negotiated by default)"
-            } else {
-                ""
-            }
-        );
-        let detail = match (c.cpu_saturation, c.projected_bps) {
-            (Some(s), Some(p)) => format!(
-                "{} ({}); busier end at {} of its CPU → ≈ {} if CPU were the only limit",
-                format_rate(c.rate_bps),
-                format_byte_rate(c.rate_bps / 8.0),
-                pct(s),
-                format_rate(p)
-            ),
-            _ => format!(
-                "{} ({})",
-                format_rate(c.rate_bps),
-                format_byte_rate(c.rate_bps / 8.0)
-            ),
-        };
-        ev.push(
-            Evidence::new(format!("cipher {name}"), Quantity::Goodput(c.rate_bps))
-                .with_detail(detail),
-        );
-    }
+    ev
+}
 
-    // Literal ids, so the finding-id test can read them (docs/output.md).
-    let id = match limit {
-        Limit::CipherCpu => "ssh-cpu-limited",
-        Limit::ChannelWindow => "ssh-window-limited",
-        Limit::TcpBuffer => "ssh-tcp-buffer-limited",
-        Limit::Network => "ssh-network-limited",
-        Limit::Inconclusive if faster_unproven.is_some() => "ssh-cipher-faster-unproven",
-        Limit::Inconclusive => "ssh-limit-inconclusive",
-    };
-    let f = Finding::new(CHECK, id, status, String::new())
-        .direction(way.direction())
-        .evidences(ev);
-    match limit {
-        Limit::CipherCpu => cpu_verdict(
-            f,
-            input,
-            def,
-            st,
-            cpu.map(|c| c.0).unwrap_or(Side::Server),
-            &table,
-            raw,
-        ),
-        Limit::ChannelWindow => window_verdict(
-            f,
-            input,
-            st,
-            window.unwrap_or(0),
-            rtt_ms.unwrap_or(0.0),
-            ceiling.unwrap_or(0.0),
-            raw.unwrap_or(0.0),
-        ),
-        Limit::TcpBuffer => buffer_verdict(f, input, st, rtt_ms, raw),
-        Limit::Network => network_verdict(f, input, rate, raw.unwrap_or(0.0), window_ratio),
-        Limit::Inconclusive => {
-            let reasons = unexplained_reasons(st, cpu, window_ratio, raw);
-            match faster_unproven {
-                Some(best) => faster_cipher_unproven_verdict(f, input, def, st, best, &reasons),
-                None => inconclusive_verdict(f, input, st, &reasons),
-            }
+/// One row of the cipher comparison table.
+fn cipher_evidence(c: &CipherResult) -> Evidence {
+    let name = format!(
+        "{}{}{}",
+        c.cipher,
+        c.mac
+            .as_deref()
+            .map(|m| format!(" + {m}"))
+            .unwrap_or_default(),
+        if c.default {
+            " (negotiated by default)"
+        } else {
+            ""
         }
-    }
+    );
+    let detail = match (c.cpu_saturation, c.projected_bps) {
+        (Some(s), Some(p)) => format!(
+            "{} ({}); busier end at {} of its CPU → ≈ {} if CPU were the only limit",
+            format_rate(c.rate_bps),
+            format_byte_rate(c.rate_bps / 8.0),
+            pct(s),
+            format_rate(p)
+        ),
+        _ => format!(
+            "{} ({})",
+            format_rate(c.rate_bps),
+            format_byte_rate(c.rate_bps / 8.0)
+        ),
+    };
+    Evidence::new(format!("cipher {name}"), Quantity::Goodput(c.rate_bps)).with_detail(detail)
 }
 
 fn config_cipher_line(host: &str, first: &str) -> String {

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use pathdoc_proto::{Channel, CheckKind, FramedConn, ProtoError};
-use pathdoc_server::{Service, ServiceError, Session};
+use pathdoc_server::{next_request, Service, ServiceError, Session};
 use pathdoc_sys::cgroup::CgroupCpu;
 use pathdoc_sys::process::{HostCpu, ProcStat};
 use pathdoc_sys::sock_diag::SkMemInfo;
@@ -95,26 +95,17 @@ impl Service for EvidenceService {
         mut conn: FramedConn,
         _resumed: bool,
     ) -> Result<(), ServiceError> {
-        loop {
-            let req: SampleRequest = match conn
-                .recv_timeout(IDLE_TIMEOUT, "the next sample request")
-                .await
-            {
-                Ok(r) => r,
-                Err(e) if e.is_disconnect() => return Ok(()),
-                // A frame that is not a request: an answer that says so (a sample with nothing
-                // but the note, the one frame this service sends), and carry on.
-                Err(ProtoError::Malformed(m)) => {
-                    let answer = SideSample {
-                        notes: vec![format!("malformed request: {m}")],
-                        ..Default::default()
-                    };
-                    conn.send(&answer).await?;
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            };
-            session.touch();
+        // A frame that is not a request is answered with a sample holding nothing but the note
+        // (the one frame this service sends).
+        let malformed = |note| SideSample {
+            notes: vec![note],
+            ..Default::default()
+        };
+        let what = "the next sample request";
+        while let Some(req) =
+            next_request::<SampleRequest, _>(&session, &mut conn, IDLE_TIMEOUT, what, malformed)
+                .await?
+        {
             let client_ip = session.client_ip;
             let sshd = self.sshd;
             let sample =
@@ -123,6 +114,7 @@ impl Service for EvidenceService {
                     .map_err(|e| ServiceError::Other(e.to_string()))?;
             conn.send(&sample).await?;
         }
+        Ok(())
     }
 }
 

@@ -200,7 +200,34 @@ pub fn run(
     };
     let client_macs = supported(dest, "mac");
     raw_tcp(&server, opts, runtime, progress, cancel, &mut report);
-    let mut evidence = runtime
+    let mut transfers = Transfers {
+        dest,
+        opts,
+        runtime,
+        progress,
+        cancel,
+        evidence: connect_evidence(&server, runtime, progress),
+    };
+    // The default transfer first: its log says what the server offers. It failing is fatal
+    // (nothing can be said); later ones are skipped.
+    transfers.measure(&mut report, Way::Upload, &None, &None, "(1)".into())?;
+    let plan = cipher_plan(opts, &mut report, &client_macs);
+    transfers.run_plan(&mut report, &plan);
+    report.interrupted |= cancel.is_cancelled();
+    progress.status("ssh: stopping the temporary server");
+    drop(transfers);
+    let _ = server.stop();
+    Ok(report)
+}
+
+/// The far end's evidence service, or `None` (said on the progress line): the client side is
+/// then measured alone.
+fn connect_evidence(
+    server: &RemoteServer,
+    runtime: &tokio::runtime::Runtime,
+    progress: &dyn Progress,
+) -> Option<evidence::EvidenceClient> {
+    runtime
         .block_on(evidence::EvidenceClient::connect(
             server.addr,
             Some(server.token.clone()),
@@ -211,80 +238,17 @@ pub fn run(
             ));
             e
         })
-        .ok();
+        .ok()
+}
 
-    // The default transfer first: its log says what the server offers.
-    let mut plan: Vec<(Option<String>, Option<String>)> = vec![(None, None)];
-    let measure = |way: Way,
-                   cipher: &Option<String>,
-                   mac: &Option<String>,
-                   report: &mut SshReport,
-                   evidence: &mut Option<evidence::EvidenceClient>,
-                   step: String| {
-        let label = cipher
-            .clone()
-            .unwrap_or_else(|| "the default cipher".into());
-        progress.status(&format!("ssh: {} with {label} {step}", way.label()));
-        // Size the download from the last download measured, else this cipher's upload, else
-        // raw TCP's download (the transfer is cut at 3× the duration if the guess is too big).
-        let rate_of = |t: &Transfer| t.steady.as_ref().map(|s| s.rate_bps);
-        let estimate = report
-            .transfers
-            .iter()
-            .rev()
-            .find(|t| t.way == Way::Download && t.steady.is_some())
-            .and_then(rate_of)
-            .or_else(|| {
-                report
-                    .transfers
-                    .iter()
-                    .rev()
-                    .find(|t| t.requested_cipher == *cipher && t.steady.is_some())
-                    .and_then(rate_of)
-            })
-            .or(report.raw_tcp.download_bps)
-            .unwrap_or(200e6);
-        let spec = transfer::TransferSpec {
-            way,
-            cipher: cipher.clone(),
-            mac: mac.clone(),
-            duration: opts.duration,
-            download_bytes: ((estimate / 8.0 * opts.duration.as_secs_f64()) as u64)
-                .clamp(8 << 20, 64 << 30),
-        };
-        match transfer::run(dest, &spec, evidence.as_mut(), runtime.handle(), cancel) {
-            Ok(t) => {
-                let rate = t
-                    .steady
-                    .as_ref()
-                    .map(|s| s.rate_bps)
-                    .unwrap_or(t.goodput_bps);
-                progress.note(&format!(
-                    "ssh: {} {}: {} ({}){}",
-                    way.label(),
-                    t.cipher().unwrap_or(&label),
-                    format_rate(rate),
-                    format_byte_rate(rate / 8.0),
-                    t.incomplete
-                        .as_deref()
-                        .map(|i| format!(" — {i}"))
-                        .unwrap_or_default()
-                ));
-                report.transfers.push(t);
-                Ok(())
-            }
-            Err(e) => Err(e),
-        }
-    };
-    // The first transfer failing is fatal (nothing can be said); later ones are skipped.
-    measure(
-        Way::Upload,
-        &None,
-        &None,
-        &mut report,
-        &mut evidence,
-        "(1)".into(),
-    )?;
+/// The ciphers (and MACs) to measure, the default first: the requested or candidate ciphers
+/// both ends offer. The others go to `report.skipped` with the reason; the server's offer is
+/// read from the default transfer's log into `report.server_ciphers`.
+fn cipher_plan(
+    opts: &SshCheckOptions,
+    report: &mut SshReport,
+    client_macs: &[String],
+) -> Vec<(Option<String>, Option<String>)> {
     if let Some(first) = report.transfers.first() {
         report.server_ciphers = first.log.server_ciphers.clone();
     }
@@ -303,6 +267,7 @@ pub fn run(
             .map(|(c, m)| (c.to_string(), m.map(str::to_string)))
             .collect()
     });
+    let mut plan: Vec<(Option<String>, Option<String>)> = vec![(None, None)];
     for (cipher, mac) in candidates {
         let offered = |list: &[String], x: &str| list.is_empty() || list.iter().any(|c| c == x);
         if Some(&cipher) == negotiated.as_ref() && mac.is_none() {
@@ -319,7 +284,7 @@ pub fn run(
                 .push((cipher, "the server does not offer it".into()));
         } else if mac
             .as_ref()
-            .is_some_and(|m| !offered(&client_macs, m) || !offered(&server_macs, m))
+            .is_some_and(|m| !offered(client_macs, m) || !offered(&server_macs, m))
         {
             report
                 .skipped
@@ -328,39 +293,120 @@ pub fn run(
             plan.push((Some(cipher), mac));
         }
     }
-    let total = plan.len() * 2;
-    let mut step = 1;
-    for (i, (cipher, mac)) in plan.iter().enumerate() {
-        for way in [Way::Upload, Way::Download] {
-            if i == 0 && way == Way::Upload {
-                continue; // done above
-            }
-            step += 1;
-            if cancel.is_cancelled() {
-                report.interrupted = true;
-                break;
-            }
-            if let Err(e) = measure(
-                way,
-                cipher,
-                mac,
-                &mut report,
-                &mut evidence,
-                format!("({step} of {total})"),
-            ) {
-                let name = cipher.clone().unwrap_or_else(|| "default".into());
-                progress.note(&format!("ssh: {} with {name} failed: {e}", way.label()));
-                report
-                    .skipped
-                    .push((name, format!("{} failed: {e}", way.label())));
+    plan
+}
+
+/// What every SSH transfer of a run shares: where to, how long, and the far end's evidence.
+struct Transfers<'a> {
+    dest: &'a SshDest,
+    opts: &'a SshCheckOptions,
+    runtime: &'a tokio::runtime::Runtime,
+    progress: &'a dyn Progress,
+    cancel: &'a CancellationToken,
+    evidence: Option<evidence::EvidenceClient>,
+}
+
+impl Transfers<'_> {
+    /// Both directions of every planned cipher (the default's upload was measured first);
+    /// a failed transfer is noted and skipped, an interruption stops the plan.
+    fn run_plan(&mut self, report: &mut SshReport, plan: &[(Option<String>, Option<String>)]) {
+        let total = plan.len() * 2;
+        let mut step = 1;
+        for (i, (cipher, mac)) in plan.iter().enumerate() {
+            for way in [Way::Upload, Way::Download] {
+                if i == 0 && way == Way::Upload {
+                    continue; // done above
+                }
+                step += 1;
+                if self.cancel.is_cancelled() {
+                    report.interrupted = true;
+                    break;
+                }
+                let numbered = format!("({step} of {total})");
+                if let Err(e) = self.measure(report, way, cipher, mac, numbered) {
+                    let name = cipher.clone().unwrap_or_else(|| "default".into());
+                    let failed = format!("ssh: {} with {name} failed: {e}", way.label());
+                    self.progress.note(&failed);
+                    report
+                        .skipped
+                        .push((name, format!("{} failed: {e}", way.label())));
+                }
             }
         }
     }
-    report.interrupted |= cancel.is_cancelled();
-    progress.status("ssh: stopping the temporary server");
-    drop(evidence);
-    let _ = server.stop();
-    Ok(report)
+
+    /// One transfer, added to `report` and its rate said on the progress line.
+    fn measure(
+        &mut self,
+        report: &mut SshReport,
+        way: Way,
+        cipher: &Option<String>,
+        mac: &Option<String>,
+        step: String,
+    ) -> Result<(), SshError> {
+        let label = cipher
+            .clone()
+            .unwrap_or_else(|| "the default cipher".into());
+        self.progress
+            .status(&format!("ssh: {} with {label} {step}", way.label()));
+        let estimate = download_estimate(report, cipher);
+        let spec = transfer::TransferSpec {
+            way,
+            cipher: cipher.clone(),
+            mac: mac.clone(),
+            duration: self.opts.duration,
+            download_bytes: ((estimate / 8.0 * self.opts.duration.as_secs_f64()) as u64)
+                .clamp(8 << 20, 64 << 30),
+        };
+        let handle = self.runtime.handle();
+        let t = transfer::run(
+            self.dest,
+            &spec,
+            self.evidence.as_mut(),
+            handle,
+            self.cancel,
+        )?;
+        let rate = t
+            .steady
+            .as_ref()
+            .map(|s| s.rate_bps)
+            .unwrap_or(t.goodput_bps);
+        self.progress.note(&format!(
+            "ssh: {} {}: {} ({}){}",
+            way.label(),
+            t.cipher().unwrap_or(&label),
+            format_rate(rate),
+            format_byte_rate(rate / 8.0),
+            t.incomplete
+                .as_deref()
+                .map(|i| format!(" — {i}"))
+                .unwrap_or_default()
+        ));
+        report.transfers.push(t);
+        Ok(())
+    }
+}
+
+/// The rate a download is sized from (bit/s): the last download measured, else this cipher's
+/// upload, else raw TCP's download. A guess too big is cut at 3× the duration.
+fn download_estimate(report: &SshReport, cipher: &Option<String>) -> f64 {
+    let rate_of = |t: &Transfer| t.steady.as_ref().map(|s| s.rate_bps);
+    report
+        .transfers
+        .iter()
+        .rev()
+        .find(|t| t.way == Way::Download && t.steady.is_some())
+        .and_then(rate_of)
+        .or_else(|| {
+            report
+                .transfers
+                .iter()
+                .rev()
+                .find(|t| t.requested_cipher == *cipher && t.steady.is_some())
+                .and_then(rate_of)
+        })
+        .or(report.raw_tcp.download_bps)
+        .unwrap_or(200e6)
 }
 
 fn raw_tcp(

@@ -196,12 +196,62 @@ struct Progress {
 pub fn run(
     dest: &SshDest,
     spec: &TransferSpec,
-    mut evidence: Option<&mut EvidenceClient>,
+    evidence: Option<&mut EvidenceClient>,
     runtime: &tokio::runtime::Handle,
     cancel: &CancellationToken,
 ) -> Result<Transfer, SshError> {
     let log = LogFile::new();
-    let mut cmd = process::command(dest, &ssh_args(dest, spec, &log));
+    // Phase 1: the far end's ready line (the stdout reader keeps counting after it).
+    let mut started = start(dest, spec, &log)?;
+    // Phase 2: move data and sample both ends.
+    let writer = match spec.way {
+        Way::Upload => {
+            let stdin = started.child.stdin.take();
+            let p = started.progress.clone();
+            Some(std::thread::spawn(move || pump_stdin(stdin, &p)))
+        }
+        Way::Download => None,
+    };
+    let mut sampled = sample_both_ends(&started, spec, evidence, runtime, cancel);
+    // Phase 3: finish. Upload: stop writing, ssh delivers the rest and exits when `cat` does.
+    let finished = finish(dest, spec, &log, started, writer, &mut sampled.incomplete);
+    let steady = steady::summarize(spec.way, &sampled.client, &sampled.server);
+    let from = steady.as_ref().map(|s| s.from).unwrap_or(0.0);
+    let (payload_bytes, seconds) = (finished.payload_bytes, finished.seconds);
+    Ok(Transfer {
+        way: spec.way,
+        requested_cipher: spec.cipher.clone(),
+        requested_mac: spec.mac.clone(),
+        payload_bytes,
+        seconds,
+        goodput_bps: payload_bytes as f64 * 8.0 / seconds.max(1e-6),
+        steady,
+        log: finished.log,
+        ssh_client: Some(finished.request.ssh_client),
+        ssh_server: Some(finished.request.ssh_server),
+        client_samples: first_and_last_from(&sampled.client, from),
+        server_samples: first_and_last_from(&sampled.server, from),
+        incomplete: sampled.incomplete,
+    })
+}
+
+/// An `ssh` whose far end said it is ready, with the threads reading its output.
+struct Started {
+    child: std::process::Child,
+    ssh_pid: u32,
+    stderr: std::thread::JoinHandle<String>,
+    reader: std::thread::JoinHandle<()>,
+    progress: Arc<Progress>,
+    /// The connection and remote command the far end samples.
+    request: SampleRequest,
+    /// When the ready line came.
+    t0: Instant,
+}
+
+/// Spawn `ssh` for the transfer and wait for the far end's ready line; an ssh that fails first
+/// is killed and its failure classified.
+fn start(dest: &SshDest, spec: &TransferSpec, log: &LogFile) -> Result<Started, SshError> {
+    let mut cmd = process::command(dest, &ssh_args(dest, spec, log));
     cmd.stdin(match spec.way {
         Way::Upload => Stdio::piped(),
         Way::Download => Stdio::null(),
@@ -212,77 +262,89 @@ pub fn run(
     let ssh_pid = child.id();
     let stderr = process::drain(child.stderr.take());
     let progress = Arc::new(Progress::default());
-
-    // Phase 1: the far end's ready line (the stdout reader keeps counting after it).
     let (ready_tx, ready_rx) = mpsc::channel();
     let stdout = child.stdout.take();
     let p = progress.clone();
     let way = spec.way;
     let reader = std::thread::spawn(move || pump_stdout(stdout, way, &p, ready_tx));
-    let fail = |child: &mut std::process::Child, what: &str| {
+    let Ok(Some((pid, ssh_client, ssh_server))) = ready_rx.recv_timeout(READY_TIMEOUT) else {
         let _ = child.kill();
         let _ = child.wait();
         let text = std::fs::read_to_string(&log.0).unwrap_or_default();
-        let err_text = format!("{}\n{}", text, stderr_snapshot(&text));
         let run = process::SshRun {
             code: Some(process::SSH_FAILURE),
             success: false,
             stdout: String::new(),
-            stderr: err_text,
+            stderr: format!("{}\n{}", text, stderr_snapshot(&text)),
         };
-        process::classify(dest, &run, what)
+        return Err(process::classify(dest, &run, "starting the SSH transfer"));
     };
-    let (pid, ssh_client, ssh_server, t0) = match ready_rx.recv_timeout(READY_TIMEOUT) {
-        Ok(Some((pid, c, s))) => (pid, c, s, Instant::now()),
-        Ok(None) | Err(_) => return Err(fail(&mut child, "starting the SSH transfer")),
-    };
+    Ok(Started {
+        child,
+        ssh_pid,
+        stderr,
+        reader,
+        progress,
+        request: SampleRequest {
+            ssh_client,
+            ssh_server,
+            command_pid: pid,
+        },
+        t0: Instant::now(),
+    })
+}
 
-    // Phase 2: move data and sample both ends.
-    let writer = match spec.way {
-        Way::Upload => {
-            let stdin = child.stdin.take();
-            let p = progress.clone();
-            Some(std::thread::spawn(move || pump_stdin(stdin, &p)))
-        }
-        Way::Download => None,
-    };
-    let local = LocalSide::find(ssh_pid);
-    let request = SampleRequest {
-        ssh_client,
-        ssh_server,
-        command_pid: pid,
-    };
+/// Both ends' samples of a transfer, and why it ended early (if it did).
+struct Samples {
+    client: Vec<SideSample>,
+    server: Vec<SideSample>,
+    incomplete: Option<String>,
+}
+
+/// Sample both ends every [`SAMPLE_EVERY`] until the data is through, the user interrupts, or
+/// the transfer has run its time (a download is cut at 3× the duration).
+fn sample_both_ends(
+    started: &Started,
+    spec: &TransferSpec,
+    mut evidence: Option<&mut EvidenceClient>,
+    runtime: &tokio::runtime::Handle,
+    cancel: &CancellationToken,
+) -> Samples {
+    let local = LocalSide::find(started.ssh_pid);
+    let t0 = started.t0;
     let cut_at = match spec.way {
         Way::Upload => spec.duration,
         Way::Download => spec.duration * 3,
     };
-    let mut client_samples = Vec::new();
-    let mut server_samples = Vec::new();
-    let mut incomplete = None;
+    let mut out = Samples {
+        client: Vec::new(),
+        server: Vec::new(),
+        incomplete: None,
+    };
     loop {
         let t = t0.elapsed();
-        if progress.done.load(Ordering::Relaxed) {
+        if started.progress.done.load(Ordering::Relaxed) {
             break;
         }
         if cancel.is_cancelled() {
-            incomplete = Some(crate::analysis::INTERRUPTED.to_string());
+            out.incomplete = Some(crate::analysis::INTERRUPTED.to_string());
             break;
         }
         if t >= cut_at {
             if spec.way == Way::Download {
-                incomplete = Some(format!("cut after {:.1} s", t.as_secs_f64()));
+                out.incomplete = Some(format!("cut after {:.1} s", t.as_secs_f64()));
             }
             break;
         }
-        client_samples.push(local.sample(t.as_secs_f64()));
+        out.client.push(local.sample(t.as_secs_f64()));
         if let Some(ev) = evidence.as_deref_mut() {
             let asked = t0.elapsed().as_secs_f64();
             let got = runtime.block_on(async {
-                tokio::time::timeout(Duration::from_secs(3), ev.sample(&request)).await
+                tokio::time::timeout(Duration::from_secs(3), ev.sample(&started.request)).await
             });
             if let Ok(Ok(mut s)) = got {
                 s.t = asked;
-                server_samples.push(s);
+                out.server.push(s);
             }
         }
         let next = t + SAMPLE_EVERY;
@@ -291,25 +353,41 @@ pub fn run(
             std::thread::sleep(next - now);
         }
     }
-    // Phase 3: finish. Upload: stop writing, ssh delivers the rest and exits when `cat` does.
+    out
+}
+
+/// What the end of a transfer leaves: the bytes moved and in how long, and ssh's log.
+struct Finished {
+    payload_bytes: u64,
+    seconds: f64,
+    log: SshLog,
+    request: SampleRequest,
+}
+
+/// Stop the data, wait for ssh to exit (a cut download is killed), and read its log. An ssh
+/// that did not exit cleanly makes an otherwise complete transfer `incomplete`, with the reason.
+fn finish(
+    dest: &SshDest,
+    spec: &TransferSpec,
+    log: &LogFile,
+    mut started: Started,
+    writer: Option<std::thread::JoinHandle<u64>>,
+    incomplete: &mut Option<String>,
+) -> Finished {
+    let progress = &started.progress;
     progress.stop.store(true, Ordering::Relaxed);
     let written = writer.map(|w| w.join().unwrap_or(0));
     let wait = if incomplete.is_some() && spec.way == Way::Download {
-        let _ = child.kill();
+        let _ = started.child.kill();
         Duration::from_secs(5)
     } else {
         Duration::from_secs(60) + spec.duration
     };
-    let status = process::wait_deadline(&mut child, wait);
-    let t_end = t0.elapsed().as_secs_f64();
-    let _ = reader.join();
-    let err_text = stderr.join().unwrap_or_default();
+    let status = process::wait_deadline(&mut started.child, wait);
+    let t_end = started.t0.elapsed().as_secs_f64();
+    let _ = started.reader.join();
+    let err_text = started.stderr.join().unwrap_or_default();
     let log_text = std::fs::read_to_string(&log.0).unwrap_or_default();
-    let parsed = SshLog::parse(&log_text);
-    let payload_bytes = match spec.way {
-        Way::Upload => written.unwrap_or(0),
-        Way::Download => progress.bytes.load(Ordering::Relaxed),
-    };
     if incomplete.is_none() {
         match status {
             Some(s) if s.success() => {}
@@ -320,41 +398,35 @@ pub fn run(
                     stdout: String::new(),
                     stderr: format!("{err_text}\n{}", stderr_snapshot(&log_text)),
                 };
-                incomplete = Some(process::classify(dest, &run, "the SSH transfer").to_string());
+                *incomplete = Some(process::classify(dest, &run, "the SSH transfer").to_string());
             }
-            None => incomplete = Some("ssh did not exit after the transfer; killed".into()),
+            None => *incomplete = Some("ssh did not exit after the transfer; killed".into()),
         }
     }
-    let seconds = match spec.way {
-        Way::Upload => t_end,
-        Way::Download => f64::from_bits(progress.last_byte_secs.load(Ordering::Relaxed)).max(1e-6),
+    let (payload_bytes, seconds) = match spec.way {
+        Way::Upload => (written.unwrap_or(0), t_end),
+        Way::Download => (
+            progress.bytes.load(Ordering::Relaxed),
+            f64::from_bits(progress.last_byte_secs.load(Ordering::Relaxed)).max(1e-6),
+        ),
     };
-    let steady = steady::summarize(spec.way, &client_samples, &server_samples);
-    let keep = |v: &[SideSample], from: f64| -> Vec<SideSample> {
-        let inside: Vec<&SideSample> = v.iter().filter(|s| s.t >= from - 0.01).collect();
-        inside
-            .first()
-            .into_iter()
-            .chain(inside.last())
-            .map(|s| (*s).clone())
-            .collect()
-    };
-    let from = steady.as_ref().map(|s| s.from).unwrap_or(0.0);
-    Ok(Transfer {
-        way: spec.way,
-        requested_cipher: spec.cipher.clone(),
-        requested_mac: spec.mac.clone(),
+    Finished {
         payload_bytes,
         seconds,
-        goodput_bps: payload_bytes as f64 * 8.0 / seconds.max(1e-6),
-        steady,
-        log: parsed,
-        ssh_client: Some(ssh_client),
-        ssh_server: Some(ssh_server),
-        client_samples: keep(&client_samples, from),
-        server_samples: keep(&server_samples, from),
-        incomplete,
-    })
+        log: SshLog::parse(&log_text),
+        request: started.request,
+    }
+}
+
+/// The first and last samples from `from` (the steady part's start) on: what a report keeps.
+fn first_and_last_from(v: &[SideSample], from: f64) -> Vec<SideSample> {
+    let inside: Vec<&SideSample> = v.iter().filter(|s| s.t >= from - 0.01).collect();
+    inside
+        .first()
+        .into_iter()
+        .chain(inside.last())
+        .map(|s| (*s).clone())
+        .collect()
 }
 
 /// The interesting lines of an ssh -vv log for an error message (ssh's own errors, no debug).

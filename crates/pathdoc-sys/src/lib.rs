@@ -1,6 +1,7 @@
 //! Linux kernel access for pathdoc: TCP_INFO, socket options, network namespaces, sysctls.
 pub mod cgroup;
 pub mod cpu_usage;
+pub mod fd_limit;
 pub mod host_info;
 pub mod icmp_counters;
 pub mod netns;

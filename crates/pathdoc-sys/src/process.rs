@@ -66,11 +66,45 @@ fn parse_stat(pid: u32, text: &str, ticks: f64) -> io::Result<ProcStat> {
 /// Real uid of a process (`Uid:` in `/proc/PID/status`).
 pub fn uid(pid: u32) -> io::Result<u32> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
+    status_number(&text, "Uid:")
+        .and_then(|v| u32::try_from(v).ok())
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no Uid line"))
+}
+
+/// The first number of the line starting with `key` in a `/proc` file of `Key:  123 kB` lines
+/// (`/proc/PID/status`, `/proc/meminfo`, `smaps_rollup`), as written (kB stay kB).
+pub fn status_number(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// What a process holds: descriptors, threads and resident memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// Entries of `/proc/PID/fd`.
+    pub fds: u64,
+    /// `Threads:` of `/proc/PID/status`.
+    pub threads: u64,
+    /// `VmRSS:` of `/proc/PID/status`, in bytes.
+    pub rss_bytes: u64,
+}
+
+/// A process's [`Footprint`]; what cannot be read (the process is gone, not ours) counts 0.
+pub fn footprint(pid: u32) -> Footprint {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count() as u64)
+        .unwrap_or(0);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |key| status_number(&status, key).unwrap_or(0);
+    Footprint {
+        fds,
+        threads: field("Threads:"),
+        rss_bytes: field("VmRSS:") * 1024,
+    }
 }
 
 /// The first ancestor of `pid` (itself included) whose name satisfies `is_match`, looking at
@@ -161,5 +195,17 @@ mod tests {
         let none = ancestor_named(std::process::id(), 3, |c| c == "no-such-process-name").unwrap();
         assert!(none.is_none());
         assert!(stat(u32::MAX).is_err());
+    }
+
+    #[test]
+    fn reads_status_numbers_and_this_process_footprint() {
+        let status = "Name:\tx\nThreads:\t3\nVmRSS:\t  12 kB\nVmRSSx: 9\n";
+        assert_eq!(status_number(status, "VmRSS:"), Some(12));
+        assert_eq!(status_number(status, "Threads:"), Some(3));
+        assert_eq!(status_number(status, "Name:"), None);
+        assert_eq!(status_number(status, "Slab:"), None);
+        let me = footprint(std::process::id());
+        assert!(me.fds > 0 && me.threads >= 1 && me.rss_bytes > 0, "{me:?}");
+        assert_eq!(footprint(u32::MAX), Footprint::default());
     }
 }

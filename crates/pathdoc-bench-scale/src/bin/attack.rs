@@ -153,223 +153,256 @@ async fn run(args: Args) -> anyhow::Result<()> {
     for phase in &args.phases {
         let (mut server, target) = spawn(&args)?;
         match phase {
-            Phase::Flood => {
-                println!("\n# refusal flood (item 4): {} silent connections from 127.20.0.1, then {} more", args.flood_hold, args.flood);
-                let r = attack::refusal_flood(
-                    target,
-                    source(20, 0),
-                    args.flood_hold,
-                    args.flood,
-                    3000,
-                    Duration::from_millis(1500),
-                )
-                .await?;
-                println!(
-                    "  over the cap: {} in {:.1} s",
-                    r.outcomes.summary(),
-                    r.took.as_secs_f64()
-                );
-                println!("  {}", show("before", r.baseline));
-                println!("  {}", show("peak", r.peak));
-                println!(
-                    "  descriptors above the held connections at peak: {}",
-                    r.peak
-                        .fds
-                        .saturating_sub(r.baseline.fds + u64::from(args.flood_hold))
-                );
-            }
-            Phase::ProbeSockets => {
-                println!(
-                    "\n# mtu probe sockets (item 1): {} addresses x {} mtu sessions with down-target, then leave",
-                    args.probe_addresses, args.probe_sessions
-                );
-                let after = [
-                    Duration::from_millis(500),
-                    Duration::from_secs(3),
-                    Duration::from_secs(10),
-                ];
-                let r = attack::mtu_probe_sockets(
-                    target,
-                    30,
-                    args.probe_addresses,
-                    args.probe_sessions,
-                    128,
-                    &after,
-                )
-                .await?;
-                println!(
-                    "  sessions: {}; probe sockets opened: {}",
-                    r.outcomes.summary(),
-                    r.probe_sockets
-                );
-                if let Some(m) = r
-                    .outcomes
-                    .first_refusal
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .as_ref()
-                {
-                    println!("  first refusal: {m}");
-                }
-                println!("  {}", show("before", r.baseline));
-                println!("  {}", show("peak", r.peak));
-                for (t, reading) in &r.after {
-                    println!(
-                        "  {}",
-                        show(&format!("{:.1} s after leaving", t.as_secs_f64()), *reading)
-                    );
-                }
-            }
-            Phase::Bulk => {
-                println!(
-                    "\n# bulk downloads never read (item 3): {} on one mtu session",
-                    args.bulk
-                );
-                let r =
-                    attack::bulk_queues(target, source(40, 0), args.bulk, Duration::from_secs(9))
-                        .await?;
-                println!("  bulk connections: {}", r.outcomes.summary());
-                println!("  {}", show("before", r.baseline));
-                println!("  {}", show("peak", r.peak));
-                println!(
-                    "  {}",
-                    show(
-                        "2 s after the server's 5 s deadline, attacker still connected",
-                        r.after_deadline
-                    )
-                );
-                println!("  {}", show("1 s after the attacker left", r.after_leave));
-            }
+            Phase::Flood => refusal_flood(&args, target).await?,
+            Phase::ProbeSockets => probe_sockets(&args, target).await?,
+            Phase::Bulk => bulk_queues(&args, target).await?,
             Phase::Refresh => {
-                println!(
-                    "\n# udp-refresh with {} copies of one tag (items 5, 6)",
-                    args.refresh_copies
-                );
-                let r = attack::udp_refresh(
-                    target,
-                    source(50, 0),
-                    args.refresh_copies,
-                    Duration::from_millis(1500),
-                    Duration::from_secs(3),
-                )
-                .await?;
-                println!("  server's answer: {}", r.reply);
-                println!(
-                    "  received in 1.5 s: {} datagrams, {:.2} MiB",
-                    r.datagrams_in_window,
-                    mib(r.bytes_in_window),
-                );
-                let (_server, target) = {
-                    drop(server);
-                    spawn(&args)?
-                };
-                let one = attack::udp_refresh(
-                    target,
-                    source(50, 1),
-                    1,
-                    Duration::from_millis(1500),
-                    Duration::from_secs(3),
-                )
-                .await?;
-                println!(
-                    "  one tag, every 200 ms: {} datagrams in 1.5 s; in 3 s after the client left: {} datagrams",
-                    one.datagrams_in_window, one.datagrams_after_leaving
-                );
+                // Its second half needs a fresh server; this phase's is gone by then.
+                udp_refresh(&args, target, server).await?;
                 continue;
             }
-            Phase::Streams => {
-                println!(
-                    "\n# concurrent throughput tests (item 6): {} tests x {} upload streams, one address each, never sending",
-                    args.tests, args.streams
-                );
-                let r = attack::stream_threads(
-                    target,
-                    60,
-                    args.tests,
-                    args.streams,
-                    Duration::from_secs(5),
-                )
-                .await?;
-                println!(
-                    "  tests started: {}, refused with a reason: {}; connections: {}",
-                    r.started,
-                    r.refused_tests,
-                    r.outcomes.summary()
-                );
-                if let Some(m) = &r.first_test_refusal {
-                    println!("  first refusal: {m}");
-                }
-                println!("  {}", show("before", r.baseline));
-                println!("  {}", show("peak", r.peak));
-            }
-            Phase::Records => {
-                println!(
-                    "\n# idle session state (memory): {} sessions x {} UDP bindings, left lingering",
-                    args.record_sessions, args.record_bindings
-                );
-                let r =
-                    attack::idle_records(target, 80, args.record_sessions, args.record_bindings)
-                        .await?;
-                println!(
-                    "  sessions: {}; bindings registered: {}",
-                    r.outcomes.summary(),
-                    r.registered
-                );
-                println!("  {}", show("before", r.baseline));
-                println!("  {}", show("after", r.after));
-                let sessions = u64::from(
-                    r.outcomes
-                        .accepted
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                )
-                .max(1);
-                println!(
-                    "  RSS growth per session: {:.0} KiB",
-                    r.after.rss.saturating_sub(r.baseline.rss) as f64 / 1024.0 / sessions as f64
-                );
-            }
-            Phase::Sessions => {
-                println!(
-                    "\n# session flood (item 5): {} addresses x {} idle sessions left lingering; another client times its handshakes",
-                    args.session_addresses, args.session_per_address
-                );
-                let r = attack::session_flood(
-                    target,
-                    70,
-                    args.session_addresses,
-                    args.session_per_address,
-                    256,
-                    71,
-                )
-                .await?;
-                println!(
-                    "  sessions: {} in {:.1} s",
-                    r.outcomes.summary(),
-                    r.took.as_secs_f64()
-                );
-                if let Some(m) = r
-                    .outcomes
-                    .first_refusal
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .as_ref()
-                {
-                    println!("  first refusal: {m}");
-                }
-                println!("  {}", show("before", r.baseline));
-                println!("  {}", show("peak", r.peak));
-                println!(
-                    "  another client's handshakes ({}): median {:.1} ms, p99 {:.1} ms, max {:.1} ms",
-                    r.observer.summary(),
-                    percentile(&r.handshakes, 50.0).as_secs_f64() * 1e3,
-                    percentile(&r.handshakes, 99.0).as_secs_f64() * 1e3,
-                    r.handshakes.last().copied().unwrap_or_default().as_secs_f64() * 1e3
-                );
-            }
+            Phase::Streams => stream_threads(&args, target).await?,
+            Phase::Records => idle_records(&args, target).await?,
+            Phase::Sessions => session_flood(&args, target).await?,
         }
         if server.as_mut().is_some_and(|s| !s.alive()) {
             println!("  the server DIED during this phase");
         }
     }
+    Ok(())
+}
+
+/// The refusal flood (item 4): connections over the per-client cap, refused from the accept loop.
+async fn refusal_flood(args: &Args, target: Target) -> anyhow::Result<()> {
+    println!(
+        "\n# refusal flood (item 4): {} silent connections from 127.20.0.1, then {} more",
+        args.flood_hold, args.flood
+    );
+    let r = attack::refusal_flood(
+        target,
+        source(20, 0),
+        args.flood_hold,
+        args.flood,
+        3000,
+        Duration::from_millis(1500),
+    )
+    .await?;
+    println!(
+        "  over the cap: {} in {:.1} s",
+        r.outcomes.summary(),
+        r.took.as_secs_f64()
+    );
+    println!("  {}", show("before", r.baseline));
+    println!("  {}", show("peak", r.peak));
+    println!(
+        "  descriptors above the held connections at peak: {}",
+        r.peak
+            .fds
+            .saturating_sub(r.baseline.fds + u64::from(args.flood_hold))
+    );
+    Ok(())
+}
+
+/// MTU probe sockets (item 1): many addresses open probe sockets with down-target, then leave.
+async fn probe_sockets(args: &Args, target: Target) -> anyhow::Result<()> {
+    println!(
+        "\n# mtu probe sockets (item 1): {} addresses x {} mtu sessions with down-target, then leave",
+        args.probe_addresses, args.probe_sessions
+    );
+    let after = [
+        Duration::from_millis(500),
+        Duration::from_secs(3),
+        Duration::from_secs(10),
+    ];
+    let r = attack::mtu_probe_sockets(
+        target,
+        30,
+        args.probe_addresses,
+        args.probe_sessions,
+        128,
+        &after,
+    )
+    .await?;
+    println!(
+        "  sessions: {}; probe sockets opened: {}",
+        r.outcomes.summary(),
+        r.probe_sockets
+    );
+    if let Some(m) = r
+        .outcomes
+        .first_refusal
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+    {
+        println!("  first refusal: {m}");
+    }
+    println!("  {}", show("before", r.baseline));
+    println!("  {}", show("peak", r.peak));
+    for (t, reading) in &r.after {
+        println!(
+            "  {}",
+            show(&format!("{:.1} s after leaving", t.as_secs_f64()), *reading)
+        );
+    }
+    Ok(())
+}
+
+/// Bulk downloads never read (item 3) on one mtu session.
+async fn bulk_queues(args: &Args, target: Target) -> anyhow::Result<()> {
+    println!(
+        "\n# bulk downloads never read (item 3): {} on one mtu session",
+        args.bulk
+    );
+    let r = attack::bulk_queues(target, source(40, 0), args.bulk, Duration::from_secs(9)).await?;
+    println!("  bulk connections: {}", r.outcomes.summary());
+    println!("  {}", show("before", r.baseline));
+    println!("  {}", show("peak", r.peak));
+    println!(
+        "  {}",
+        show(
+            "2 s after the server's 5 s deadline, attacker still connected",
+            r.after_deadline
+        )
+    );
+    println!("  {}", show("1 s after the attacker left", r.after_leave));
+    Ok(())
+}
+
+/// udp-refresh with copies of one tag (items 5, 6), then one tag on a fresh server.
+async fn udp_refresh(
+    args: &Args,
+    target: Target,
+    server: Option<ServerProcess>,
+) -> anyhow::Result<()> {
+    println!(
+        "\n# udp-refresh with {} copies of one tag (items 5, 6)",
+        args.refresh_copies
+    );
+    let r = attack::udp_refresh(
+        target,
+        source(50, 0),
+        args.refresh_copies,
+        Duration::from_millis(1500),
+        Duration::from_secs(3),
+    )
+    .await?;
+    println!("  server's answer: {}", r.reply);
+    println!(
+        "  received in 1.5 s: {} datagrams, {:.2} MiB",
+        r.datagrams_in_window,
+        mib(r.bytes_in_window),
+    );
+    let (_server, target) = {
+        drop(server);
+        spawn(args)?
+    };
+    let one = attack::udp_refresh(
+        target,
+        source(50, 1),
+        1,
+        Duration::from_millis(1500),
+        Duration::from_secs(3),
+    )
+    .await?;
+    println!(
+        "  one tag, every 200 ms: {} datagrams in 1.5 s; in 3 s after the client left: {} datagrams",
+        one.datagrams_in_window, one.datagrams_after_leaving
+    );
+    Ok(())
+}
+
+/// Concurrent throughput tests that never send (item 6): stream threads.
+async fn stream_threads(args: &Args, target: Target) -> anyhow::Result<()> {
+    println!(
+        "\n# concurrent throughput tests (item 6): {} tests x {} upload streams, one address each, never sending",
+        args.tests, args.streams
+    );
+    let r = attack::stream_threads(target, 60, args.tests, args.streams, Duration::from_secs(5))
+        .await?;
+    println!(
+        "  tests started: {}, refused with a reason: {}; connections: {}",
+        r.started,
+        r.refused_tests,
+        r.outcomes.summary()
+    );
+    if let Some(m) = &r.first_test_refusal {
+        println!("  first refusal: {m}");
+    }
+    println!("  {}", show("before", r.baseline));
+    println!("  {}", show("peak", r.peak));
+    Ok(())
+}
+
+/// Idle session state (memory): sessions with UDP bindings, left lingering.
+async fn idle_records(args: &Args, target: Target) -> anyhow::Result<()> {
+    println!(
+        "\n# idle session state (memory): {} sessions x {} UDP bindings, left lingering",
+        args.record_sessions, args.record_bindings
+    );
+    let r = attack::idle_records(target, 80, args.record_sessions, args.record_bindings).await?;
+    println!(
+        "  sessions: {}; bindings registered: {}",
+        r.outcomes.summary(),
+        r.registered
+    );
+    println!("  {}", show("before", r.baseline));
+    println!("  {}", show("after", r.after));
+    let sessions = u64::from(
+        r.outcomes
+            .accepted
+            .load(std::sync::atomic::Ordering::Relaxed),
+    )
+    .max(1);
+    println!(
+        "  RSS growth per session: {:.0} KiB",
+        r.after.rss.saturating_sub(r.baseline.rss) as f64 / 1024.0 / sessions as f64
+    );
+    Ok(())
+}
+
+/// The session flood (item 5), while another client times its handshakes.
+async fn session_flood(args: &Args, target: Target) -> anyhow::Result<()> {
+    println!(
+        "\n# session flood (item 5): {} addresses x {} idle sessions left lingering; another client times its handshakes",
+        args.session_addresses, args.session_per_address
+    );
+    let r = attack::session_flood(
+        target,
+        70,
+        args.session_addresses,
+        args.session_per_address,
+        256,
+        71,
+    )
+    .await?;
+    println!(
+        "  sessions: {} in {:.1} s",
+        r.outcomes.summary(),
+        r.took.as_secs_f64()
+    );
+    if let Some(m) = r
+        .outcomes
+        .first_refusal
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+    {
+        println!("  first refusal: {m}");
+    }
+    println!("  {}", show("before", r.baseline));
+    println!("  {}", show("peak", r.peak));
+    println!(
+        "  another client's handshakes ({}): median {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        r.observer.summary(),
+        percentile(&r.handshakes, 50.0).as_secs_f64() * 1e3,
+        percentile(&r.handshakes, 99.0).as_secs_f64() * 1e3,
+        r.handshakes
+            .last()
+            .copied()
+            .unwrap_or_default()
+            .as_secs_f64()
+            * 1e3
+    );
     Ok(())
 }

@@ -67,9 +67,9 @@ pub fn run(args: ExporterArgs, global: Global) -> anyhow::Result<i32> {
         );
     }
     // Every HTTP connection, probe socket and idle-monitor connection is a descriptor.
-    match pathdoc_exporter::raise_fd_limit() {
+    match pathdoc_sys::fd_limit::raise(pathdoc_sys::fd_limit::RaisePolicy::ToHard) {
         Ok(fds) => {
-            if let Some(warning) = config.fit_to_descriptors(fds) {
+            if let Some(warning) = config.fit_to_descriptors(fds.after) {
                 eprintln!("pathdoc exporter: warning: {warning}");
             }
         }

@@ -365,28 +365,9 @@ fn fit_limits_to_descriptors(limits: Limits, fds: Option<(u64, u64)>) -> Limits 
 /// and as root (which may raise the hard limit) to 1 Mi descriptors.
 /// Returns the soft limit before and the one in force afterwards.
 fn raise_fd_limit() -> Option<(u64, u64)> {
-    const WANTED: libc::rlim_t = 1 << 20;
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read/write the struct we pass.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return None;
-        }
-        let before = lim.rlim_cur;
-        let raised = libc::rlimit {
-            rlim_cur: WANTED.max(lim.rlim_max),
-            rlim_max: WANTED.max(lim.rlim_max),
-        };
-        if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-        Some((before, lim.rlim_cur))
-    }
+    use pathdoc_sys::fd_limit::{raise, RaisePolicy};
+    let raised = raise(RaisePolicy::AtLeast(1 << 20)).ok()?;
+    Some((raised.before, raised.after))
 }
 
 #[cfg(test)]
