@@ -276,14 +276,21 @@ pub fn run(
             Err(e) => Err(e),
         }
     };
-    // The first transfer failing is fatal (nothing can be said); later ones are skipped.
+    let candidates: Vec<(String, Option<String>)> = opts.ciphers.clone().unwrap_or_else(|| {
+        CANDIDATES
+            .iter()
+            .map(|(c, m)| (c.to_string(), m.map(str::to_string)))
+            .collect()
+    });
+    // The first transfer failing is fatal (nothing can be said); later ones are skipped. Until
+    // its log says what both ends offer, only a bound on the number of transfers is known.
     measure(
         Way::Upload,
         &None,
         &None,
         &mut report,
         &mut evidence,
-        "(1)".into(),
+        step_label(1, 2 * (1 + candidates.len()), false),
     )?;
     if let Some(first) = report.transfers.first() {
         report.server_ciphers = first.log.server_ciphers.clone();
@@ -297,12 +304,6 @@ pub fn run(
         .first()
         .map(|t| t.log.server_macs.clone())
         .unwrap_or_default();
-    let candidates: Vec<(String, Option<String>)> = opts.ciphers.clone().unwrap_or_else(|| {
-        CANDIDATES
-            .iter()
-            .map(|(c, m)| (c.to_string(), m.map(str::to_string)))
-            .collect()
-    });
     for (cipher, mac) in candidates {
         let offered = |list: &[String], x: &str| list.is_empty() || list.iter().any(|c| c == x);
         if Some(&cipher) == negotiated.as_ref() && mac.is_none() {
@@ -346,7 +347,7 @@ pub fn run(
                 mac,
                 &mut report,
                 &mut evidence,
-                format!("({step} of {total})"),
+                step_label(step, total, true),
             ) {
                 let name = cipher.clone().unwrap_or_else(|| "default".into());
                 progress.note(&format!("ssh: {} with {name} failed: {e}", way.label()));
@@ -361,6 +362,17 @@ pub fn run(
     drop(evidence);
     let _ = server.stop();
     Ok(report)
+}
+
+/// The step counter of the SSH transfers' progress line. Every line carries a total: before the
+/// first transfer shows what both ends offer, the bound of every candidate cipher both ways
+/// (`(1 of up to 10)` with the default candidates), then the plan's exact count (`(2 of 8)`), never a bare `(1)`.
+fn step_label(step: usize, total: usize, exact: bool) -> String {
+    if exact {
+        format!("({step} of {total})")
+    } else {
+        format!("({step} of up to {total})")
+    }
 }
 
 fn raw_tcp(
@@ -434,6 +446,21 @@ fn raw_tcp(
                 }
             }
             Err(e) => report.raw_tcp.errors.push(format!("{label}: {e}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod step_label_tests {
+    use super::step_label;
+
+    #[test]
+    fn every_step_names_a_total() {
+        // The first transfer, before the plan is known: a bound, not "(1)".
+        assert_eq!(step_label(1, 12, false), "(1 of up to 12)");
+        assert_eq!(step_label(2, 8, true), "(2 of 8)");
+        for (step, total, exact) in [(1, 2, false), (1, 12, false), (8, 8, true)] {
+            assert!(step_label(step, total, exact).contains(" of "));
         }
     }
 }
