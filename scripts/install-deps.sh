@@ -23,6 +23,8 @@ packages=(
   fonts-dejavu-core # a font for headless Chromium's screenshots
   prometheus      # exporter test: a real Prometheus scrapes `pathdoc exporter` (promtool checks the alert rules)
   curl            # exporter test: queries Prometheus's HTTP API inside the lab namespace
+  binutils        # objdump: scripts/package.sh and its test measure the glibc the binary needs
+  dpkg            # dpkg-deb: scripts/package.sh builds the .deb, the test unpacks it (dpkg -x)
 )
 
 missing=()

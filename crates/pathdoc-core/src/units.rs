@@ -15,10 +15,12 @@ pub fn format_rate(bits_per_second: f64) -> String {
 }
 
 /// Format a byte count with an IEC prefix: `2.00 MiB`. Below 10 KiB the exact count is
-/// clearer (packet, MTU and MSS sizes: `1420 B`, `9000 B`).
+/// clearer (packet, MTU and MSS sizes: `1420 B`, `9000 B`), and so it is below 64 KiB for a
+/// count that is not a whole number of KiB: those are 16-bit protocol fields (loopback's MSS
+/// 65495, a window of 65535) that `64.0 KiB` would misstate beside the exact figure in a title.
 pub fn format_bytes(bytes: u64) -> String {
     const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if bytes < 10 * 1024 {
+    if bytes < 10 * 1024 || (bytes < 64 * 1024 && !bytes.is_multiple_of(1024)) {
         return format!("{bytes} B");
     }
     let mut value = bytes as f64;
@@ -180,6 +182,11 @@ mod tests {
         assert_eq!(format_bytes(1420), "1420 B");
         assert_eq!(format_bytes(9000), "9000 B");
         assert_eq!(format_bytes(16 * 1024), "16.0 KiB");
+        // MSS and window fields are exact, as titles quote them ("MSS 65495").
+        assert_eq!(format_bytes(65_495), "65495 B");
+        assert_eq!(format_bytes(65_535), "65535 B");
+        assert_eq!(format_bytes(64 * 1024), "64.0 KiB");
+        assert_eq!(format_bytes(100_000), "97.7 KiB");
         assert_eq!(format_bytes(2 * 1024 * 1024), "2.00 MiB");
         assert_eq!(format_bytes(6 * 1024 * 1024 * 1024), "6.00 GiB");
     }

@@ -157,6 +157,20 @@ pub struct RunSummary {
 }
 
 impl RunSummary {
+    /// How to get a run that tests `need` idle: a longer `--idle-max` only if this run's was
+    /// shorter (`suggest` is that flag's value); a run cut short that already allowed it was
+    /// the user's own default run, so the advice is to let one finish.
+    fn longer_run_hint(&self, need: Duration, suggest: &str) -> String {
+        if self.horizon < need {
+            format!("run with --idle-max {suggest}")
+        } else {
+            format!(
+                "this run's --idle-max {} already allows that: run it again under tmux or nohup and let it finish",
+                format_duration(self.horizon)
+            )
+        }
+    }
+
     /// Why tests stopped early, in words, if they did.
     fn cut_short(&self) -> Option<String> {
         if let Some(at) = self.interrupted {
@@ -391,8 +405,9 @@ impl<'a> TimeoutVerdict<'a> {
                 } else {
                     format!(
                         "Every server-initiated probe got through, the longest after {} idle. The run was shorter than the \
-                         2 h 4 min floor, so REQ-5 itself is not proven; run with --idle-max 2h10m to prove it.{}",
+                         2 h 4 min floor, so REQ-5 itself is not proven; to prove it, {}.{}",
                         format_duration(lower),
+                        self.run.longer_run_hint(RFC5382_FLOOR, "2h10m"),
                         self.cut,
                     )
                 }),
@@ -826,16 +841,17 @@ fn udp_class_finding(c: &UdpClassReport, run: &RunSummary, owner: &Owner) -> Fin
             } else if lower >= RFC4787_FLOOR {
                 format!(
                     "Every datagram the server sent arrived, the longest after {} of silence: the 2-min MUST is met; the \
-                     run was too short to test the recommended 5 min (run with --idle-max 6min or more).",
-                    format_duration(lower)
+                     run was too short to test the recommended 5 min ({}).",
+                    format_duration(lower),
+                    run.longer_run_hint(RFC4787_RECOMMENDED, "6min or more")
                 )
             } else {
                 format!(
                     "Every datagram the server sent arrived, the longest after {} of silence, but the run was shorter than \
-                     the 2 min RFC 4787 requires, so REQ-5 is neither met nor violated as far as this run can tell{} (run \
-                     with --idle-max 6min or more).",
+                     the 2 min RFC 4787 requires, so REQ-5 is neither met nor violated as far as this run can tell{} ({}).",
                     format_duration(lower),
-                    cut.as_deref().map(|w| format!(": {w}")).unwrap_or_default()
+                    cut.as_deref().map(|w| format!(": {w}")).unwrap_or_default(),
+                    run.longer_run_hint(RFC4787_RECOMMENDED, "6min or more")
                 )
             };
             base(
@@ -1014,6 +1030,43 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A default run (--idle-max 2h10m) interrupted after an hour: the advice is to let such a
+    /// run finish, not to pass the --idle-max the user already ran with. A run whose
+    /// --idle-max was short is told the longer one.
+    #[test]
+    fn an_interrupted_default_run_is_told_to_finish_not_to_rerun_the_default() {
+        let interrupted = RunSummary {
+            interrupted: Some(s(3600)),
+            ..run()
+        };
+        let f = &tcp_findings(
+            &ladder(Some(3590), None),
+            None,
+            &Keepalive::Off,
+            &interrupted,
+            &Owner::Unknown,
+        )[0];
+        let text = &f.summary;
+        assert_eq!(f.status, Status::Info, "{text}");
+        assert!(!text.contains("run with --idle-max 2h10m"), "{text}");
+        assert!(text.contains("let it finish"), "{text}");
+        assert!(text.contains("the run was interrupted after"), "{text}");
+
+        let short = RunSummary {
+            horizon: s(600),
+            ..run()
+        };
+        let f = &tcp_findings(
+            &ladder(Some(590), None),
+            None,
+            &Keepalive::Off,
+            &short,
+            &Owner::Unknown,
+        )[0];
+        let text = &f.summary;
+        assert!(text.contains("run with --idle-max 2h10m"), "{text}");
     }
 
     #[test]

@@ -60,8 +60,16 @@ fn recv_with_read() -> bool {
 
 /// A memfd of [`SOURCE_LEN`] non-repeating bytes (so no compression on the path flatters us).
 fn source_file() -> io::Result<OwnedFd> {
+    // The system call, not glibc's wrapper (glibc 2.27+): the portable build links against
+    // glibc 2.17's symbols so `--ssh` copies run on old far ends (scripts/package.sh).
     // SAFETY: the name is a valid C string; memfd_create returns a new fd or -1.
-    let fd = unsafe { libc::memfd_create(c"pathdoc-speed".as_ptr(), libc::MFD_CLOEXEC) };
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_memfd_create,
+            c"pathdoc-speed".as_ptr(),
+            libc::MFD_CLOEXEC,
+        )
+    } as libc::c_int;
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }

@@ -209,8 +209,16 @@ pub fn run(
         evidence: connect_evidence(&server, runtime, progress),
     };
     // The default transfer first: its log says what the server offers. It failing is fatal
-    // (nothing can be said); later ones are skipped.
-    transfers.measure(&mut report, Way::Upload, &None, &None, "(1)".into())?;
+    // (nothing can be said); later ones are skipped. Until its log says what both ends offer,
+    // only a bound on the number of transfers is known.
+    let candidates = opts.ciphers.as_ref().map_or(CANDIDATES.len(), Vec::len);
+    transfers.measure(
+        &mut report,
+        Way::Upload,
+        &None,
+        &None,
+        step_label(1, 2 * (1 + candidates), false),
+    )?;
     let plan = cipher_plan(opts, &mut report, &client_macs);
     transfers.run_plan(&mut report, &plan);
     report.interrupted |= cancel.is_cancelled();
@@ -322,7 +330,7 @@ impl Transfers<'_> {
                     report.interrupted = true;
                     break;
                 }
-                let numbered = format!("({step} of {total})");
+                let numbered = step_label(step, total, true);
                 if let Err(e) = self.measure(report, way, cipher, mac, numbered) {
                     let name = cipher.clone().unwrap_or_else(|| "default".into());
                     let failed = format!("ssh: {} with {name} failed: {e}", way.label());
@@ -480,6 +488,32 @@ fn raw_tcp(
                 }
             }
             Err(e) => report.raw_tcp.errors.push(format!("{label}: {e}")),
+        }
+    }
+}
+
+/// The step counter of the SSH transfers' progress line. Every line carries a total: before the
+/// first transfer shows what both ends offer, the bound of every candidate cipher both ways
+/// (`(1 of up to 10)` with the default candidates), then the plan's exact count (`(2 of 8)`), never a bare `(1)`.
+fn step_label(step: usize, total: usize, exact: bool) -> String {
+    if exact {
+        format!("({step} of {total})")
+    } else {
+        format!("({step} of up to {total})")
+    }
+}
+
+#[cfg(test)]
+mod step_label_tests {
+    use super::step_label;
+
+    #[test]
+    fn every_step_names_a_total() {
+        // The first transfer, before the plan is known: a bound, not "(1)".
+        assert_eq!(step_label(1, 12, false), "(1 of up to 12)");
+        assert_eq!(step_label(2, 8, true), "(2 of 8)");
+        for (step, total, exact) in [(1, 2, false), (1, 12, false), (8, 8, true)] {
+            assert!(step_label(step, total, exact).contains(" of "));
         }
     }
 }

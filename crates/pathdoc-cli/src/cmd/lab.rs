@@ -17,7 +17,7 @@ use crate::Global;
 pub const EXAMPLES: &str = "Examples:
   pathdoc lab list                                    # the scenarios and the story each reproduces
   pathdoc lab up --scenario pmtu-blackhole --name bh  # build one and leave it running
-  pathdoc lab exec bh client -- ping -c 3 10.0.2.2    # run a command in one of its hosts
+  pathdoc lab exec bh client -- ping -c3 203.0.113.10 # run a command in one of its hosts
   pathdoc lab status                                  # what is running
   pathdoc lab down bh                                 # remove it
   pathdoc lab demo --only modem-idle                  # show a fault and pathdoc's diagnosis
@@ -561,4 +561,61 @@ fn run_demo(a: DemoArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
         crate::outln!("demo finished in {:.0} s", started.elapsed().as_secs_f64());
     }
     Ok(if failed { 2 } else { 0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::net::Ipv4Addr;
+
+    /// Every help text of `pathdoc lab` and its subcommands.
+    fn lab_help_texts() -> Vec<(String, String)> {
+        let mut cli = crate::cli_command();
+        cli.build();
+        let lab = cli.find_subcommand("lab").expect("lab command").clone();
+        let mut texts = vec![(
+            "lab".to_string(),
+            lab.clone().render_long_help().to_string(),
+        )];
+        for sub in lab.get_subcommands() {
+            let name = format!("lab {}", sub.get_name());
+            texts.push((name, sub.clone().render_long_help().to_string()));
+        }
+        texts
+    }
+
+    /// IPv4 literals in a text (dotted quads with nothing address-like glued on).
+    fn ipv4_literals(text: &str) -> Vec<Ipv4Addr> {
+        text.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter_map(|word| word.trim_matches('.').parse().ok())
+            .collect()
+    }
+
+    /// The examples are meant to be pasted into a running lab, so every address they name must
+    /// be one some built-in scenario gives a host (`10.0.2.2` never existed: the server is
+    /// 203.0.113.10, the client 192.168.1.100).
+    #[test]
+    fn help_examples_use_addresses_a_lab_has() {
+        let mut planned = BTreeSet::new();
+        for name in pathdoc_lab::scenarios::names() {
+            let topology = pathdoc_lab::scenarios::topology(name).expect("built-in scenario");
+            for host in pathdoc_lab::plan::plan(&topology, "t").hosts {
+                planned.extend(host.ifaces.iter().map(|iface| iface.addr));
+            }
+        }
+        let mut checked = 0;
+        for (command, help) in lab_help_texts() {
+            for addr in ipv4_literals(&help) {
+                assert!(
+                    planned.contains(&addr),
+                    "`pathdoc {command} --help` names {addr}, which no lab host has; planned: {planned:?}"
+                );
+                checked += 1;
+            }
+        }
+        assert!(
+            checked >= 3,
+            "the examples name lab addresses ({checked} found)"
+        );
+    }
 }
