@@ -43,3 +43,66 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use pathdoc_proto::CheckKind;
+    use serde::Deserialize;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::{Accounting, Limits, SessionRegistry};
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Ping {
+        n: u32,
+    }
+
+    async fn pair() -> (FramedConn, FramedConn) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
+        let (client, accepted) = tokio::join!(client, listener.accept());
+        let client = FramedConn::new(client.unwrap()).unwrap();
+        (client, FramedConn::new(accepted.unwrap().0).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_malformed_frame_is_answered_and_a_gone_client_or_ended_session_ends_quietly() {
+        let limits = Limits::default();
+        let registry =
+            SessionRegistry::new(limits.clone(), false, Arc::new(Accounting::new(&limits)));
+        let udp = Arc::new(tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap());
+        let parent = CancellationToken::new();
+        let ip = "127.0.0.1".parse().unwrap();
+        let (session, _use) = registry.create(CheckKind::Mtu, ip, udp, &parent).unwrap();
+        let silence = Duration::from_secs(5);
+
+        let (mut client, mut server) = pair().await;
+        client
+            .send(&serde_json::json!({"make": "coffee"}))
+            .await
+            .unwrap();
+        client.send(&serde_json::json!({"n": 7})).await.unwrap();
+        let got: Option<Ping> = next_request(&session, &mut server, silence, "a ping", |m| m)
+            .await
+            .unwrap();
+        assert_eq!(got, Some(Ping { n: 7 }));
+        let answer: String = client.recv_timeout(silence, "the answer").await.unwrap();
+        assert!(answer.starts_with("malformed request: "), "{answer}");
+
+        drop(client);
+        let gone: Option<Ping> = next_request(&session, &mut server, silence, "a ping", |m| m)
+            .await
+            .unwrap();
+        assert_eq!(gone, None);
+
+        let (_client, mut server) = pair().await;
+        session.cancel.cancel();
+        let ended: Option<Ping> = next_request(&session, &mut server, silence, "a ping", |m| m)
+            .await
+            .unwrap();
+        assert_eq!(ended, None);
+    }
+}
