@@ -235,7 +235,7 @@ impl Slot {
         }
         match tokio::time::timeout(STEP, read_frame::<_, ServerMsg>(&mut rd)).await {
             Ok(Ok(ServerMsg::Accepted { .. })) => {}
-            Ok(Ok(ServerMsg::Refused { reason })) => {
+            Ok(Ok(ServerMsg::Refused { reason, .. })) => {
                 self.outcomes.refusal(reason);
                 return false;
             }
