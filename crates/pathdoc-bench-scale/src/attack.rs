@@ -694,7 +694,7 @@ pub async fn stream_threads(
             }
             match tokio::time::timeout(STEP, read_frame::<_, ServerMsg>(&mut rd)).await {
                 Ok(Ok(ServerMsg::Accepted { .. })) => {}
-                Ok(Ok(ServerMsg::Refused { reason })) => return refuse(reason),
+                Ok(Ok(ServerMsg::Refused { reason, .. })) => return refuse(reason),
                 other => return outcomes.error(format!("start: {other:?}")),
             }
             let mut data = Vec::new();
@@ -711,7 +711,7 @@ pub async fn stream_threads(
                 Ok(Ok(ServerMsg::Started)) => {
                     started.fetch_add(1, Ordering::Relaxed);
                 }
-                Ok(Ok(ServerMsg::Refused { reason })) => return refuse(reason),
+                Ok(Ok(ServerMsg::Refused { reason, .. })) => return refuse(reason),
                 other => return outcomes.error(format!("started: {other:?}")),
             }
             // Send nothing; hold until the server's own end of the test.

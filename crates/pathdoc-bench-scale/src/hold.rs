@@ -60,13 +60,27 @@ impl Holder {
         per_address: u32,
         retake: Duration,
     ) -> Holder {
+        let sources = (0..addresses)
+            .map(|a| crate::net::source(block, a))
+            .collect();
+        Holder::start_from(target, pool, sources, per_address, retake)
+    }
+
+    /// The same from the given source addresses (e.g. many addresses of one IPv6 /64 inside a
+    /// test's namespace, where the whole /64 is local).
+    pub fn start_from(
+        target: Target,
+        pool: Pool,
+        sources: Vec<IpAddr>,
+        per_address: u32,
+        retake: Duration,
+    ) -> Holder {
         let stop = Arc::new(AtomicBool::new(false));
         let held = Arc::new(AtomicU32::new(0));
         let peak = Arc::new(AtomicU32::new(0));
         let outcomes = Arc::new(Outcomes::default());
         let mut tasks = JoinSet::new();
-        for a in 0..addresses {
-            let source = crate::net::source(block, a);
+        for source in sources {
             for _ in 0..per_address {
                 let slot = Slot {
                     target,
@@ -235,7 +249,7 @@ impl Slot {
         }
         match tokio::time::timeout(STEP, read_frame::<_, ServerMsg>(&mut rd)).await {
             Ok(Ok(ServerMsg::Accepted { .. })) => {}
-            Ok(Ok(ServerMsg::Refused { reason })) => {
+            Ok(Ok(ServerMsg::Refused { reason, .. })) => {
                 self.outcomes.refusal(reason);
                 return false;
             }

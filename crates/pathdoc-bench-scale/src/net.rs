@@ -14,7 +14,11 @@ pub const CONNECT_DEADLINE: Duration = Duration::from_secs(20);
 /// Connect from `source` (port chosen by the kernel at connect time, so each source address has
 /// the whole ephemeral range towards the one server port).
 pub async fn connect_from(source: IpAddr, server: SocketAddr) -> anyhow::Result<TcpStream> {
-    let socket = TcpSocket::new_v4()?;
+    let socket = if source.is_ipv6() {
+        TcpSocket::new_v6()?
+    } else {
+        TcpSocket::new_v4()?
+    };
     let one: libc::c_int = 1;
     // SAFETY: setsockopt reads `one` for the given length; the fd is owned by `socket`.
     let rc = unsafe {

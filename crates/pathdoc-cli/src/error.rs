@@ -314,6 +314,7 @@ mod tests {
                 AttemptError::Refused(pathdoc_proto::Refusal {
                     code: RefusalCode::LimitExceeded,
                     message: "too many sessions from 192.0.2.1 (limit 8)".into(),
+                    load: None,
                 }),
             )],
         };

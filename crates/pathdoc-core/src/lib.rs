@@ -3,6 +3,7 @@
 //! Nothing here touches the network or the terminal. Checks build [`report::Finding`]s with
 //! [`report::Evidence`]; the CLI renders them as text or JSON.
 
+pub mod busy;
 pub mod nic;
 pub mod progress;
 pub mod report;

@@ -132,7 +132,19 @@ pub async fn run(
     let start = Instant::now();
     // Phase 1: the control connection, the round-trip time and the grace it gives probes.
     progress.status("idle: connecting and measuring the round-trip time");
-    let mut link = ControlLink::open(cfg, start).await?;
+    let mut link = match ControlLink::open(cfg, start).await {
+        // No room for the session: a server-busy WARN, not a failure.
+        Err(IdleError::Connect(_, ProtoError::Refused(r))) if r.is_load() => {
+            let (reason, limit) = r.load.map(|l| (l.reason, l.limit)).unzip();
+            let busy = pathdoc_core::busy::ServerBusy::new(r.message, reason, limit);
+            return Ok(IdleResult {
+                findings: vec![crate::verdict::server_busy(&busy)],
+                data: serde_json::json!({ "server": cfg.server.to_string(), "refused": busy }),
+                interrupted: false,
+            });
+        }
+        r => r?,
+    };
     // Phase 2: the path's routers and where to split it (culprit search).
     progress.status("idle: counting the routers to the server (culprit search)");
     let path = discover_path(cfg, &link, progress).await;

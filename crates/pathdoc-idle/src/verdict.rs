@@ -61,10 +61,23 @@ pub const FINDING_IDS: &[FindingId] = &[
         meaning: "the server ended the session (its --max-session-secs, a restart or shutdown) before the run was done: INCONCLUSIVE, never read as an outage or a timeout",
     },
     FindingId {
+        id: "server-busy",
+        meaning: "the server had no room for the check's session (a pool full, shared out between other clients, or this client's own cap), with the server's words, the bound it refused by and its limit, a retry hint and the operator's fix: WARN",
+    },
+    FindingId {
         id: "probe-mode-not-run",
         meaning: "a probe mode did not run or did not finish (interrupted, session ended, the run's deadline, no UDP answer), with why: INFO",
     },
 ];
+
+/// The check's session was refused for want of room: nothing ran.
+pub fn server_busy(busy: &pathdoc_core::busy::ServerBusy) -> Finding {
+    pathdoc_core::busy::describe(
+        Finding::new(CHECK, "server-busy", Status::Warn, ""),
+        "the idle check",
+        busy,
+    )
+}
 
 /// How a probe's test failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -974,6 +987,19 @@ mod tests {
                 Some("100.64.1.1".parse().unwrap()),
             ],
         }
+    }
+
+    #[test]
+    fn a_session_the_server_had_no_room_for_is_a_warning_with_its_figures() {
+        let f = server_busy(&pathdoc_core::busy::ServerBusy::new(
+            "it allows 1 concurrent session per client address (127.0.0.1)",
+            Some("sessions-per-client".into()),
+            Some(1),
+        ));
+        assert_eq!((f.id.as_str(), f.status), ("server-busy", Status::Warn));
+        assert_eq!(f.title, "the server was busy: the idle check not run");
+        assert!(f.remedies[1].description.contains("--max-sessions-per-ip"));
+        all_remedies_have_hosts(&[f]);
     }
 
     fn all_remedies_have_hosts(f: &[Finding]) {

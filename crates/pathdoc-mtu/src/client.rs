@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use pathdoc_core::{Finding, Progress};
-use pathdoc_proto::{
-    Channel, CheckKind, FramedConn, ProtoError, RefusalCode, SessionId, UdpHeader,
-};
+use pathdoc_proto::{Channel, CheckKind, FramedConn, ProtoError, SessionId, UdpHeader};
 use pathdoc_sys::pmtu;
 use tokio::io::AsyncReadExt;
 
@@ -198,7 +196,23 @@ pub async fn run_check(
     opts.validate()?;
     // Phase 1: the control connection (small MSS) and the server's sysctl.
     let connected = tokio::select! {
-        r = MtuRun::connect(server, token, opts, progress) => Some(r?),
+        r = MtuRun::connect(server, token, opts, progress) => match r {
+            // The server had no room for the session: a server-busy WARN, not a failure.
+            Err(MtuError::Proto(ProtoError::Refused(r))) if r.is_load() => {
+                let data = MtuData {
+                    server: server.to_string(),
+                    ipv6: server.is_ipv6(),
+                    refused: Some(busy_of(r)),
+                    ..Default::default()
+                };
+                return Ok(MtuResult {
+                    findings: verdict::findings(&data),
+                    data,
+                    interrupted: false,
+                });
+            }
+            r => Some(r?),
+        },
         _ = cancel.cancelled() => None,
     };
     let Some(mut run) = connected else {
@@ -230,10 +244,8 @@ pub async fn run_check(
                 };
                 match outcome {
                     Some(Ok(())) => {}
-                    Some(Err(MtuError::Proto(ProtoError::Refused(r))))
-                        if r.code == RefusalCode::LimitExceeded =>
-                    {
-                        run.data.refused_busy(step, r.message)
+                    Some(Err(MtuError::Proto(ProtoError::Refused(r)))) if r.is_load() => {
+                        run.data.refused_busy(step, busy_of(r))
                     }
                     Some(Err(e)) => run.data.not_run(step, e.to_string()),
                     None => run.data.not_run(step, INTERRUPTED),
@@ -918,6 +930,12 @@ fn note_cached_pmtu(data: &mut MtuData, d: &DirectionData) {
             d.direction.label()
         ));
     }
+}
+
+/// A refusal for want of room, as the report's `server-busy` finding takes it.
+fn busy_of(r: pathdoc_proto::Refusal) -> pathdoc_core::busy::ServerBusy {
+    let (reason, limit) = r.load.map(|l| (l.reason, l.limit)).unzip();
+    pathdoc_core::busy::ServerBusy::new(r.message, reason, limit)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! cannot contradict each other: a clamp that exists is never recommended, a download that ran
 //! fine is never called stalled, and "no clamping" is only said when a clamp would have shown.
 
+use pathdoc_core::busy::{describe as describe_busy, ServerBusy};
 use pathdoc_core::units::format_bytes;
 use pathdoc_core::{Evidence, Finding, FindingId, Host, Quantity, Remedy, Status};
 use serde::Serialize;
@@ -57,7 +58,7 @@ pub const FINDING_IDS: &[FindingId] = &[
     },
     FindingId {
         id: "server-busy",
-        meaning: "the server refused a step because its pool was full or shared out between other clients (the server was busy; e.g. the timed download did not run), with the server's figures: WARN",
+        meaning: "the server refused the check's session or a step for want of room (a pool full, shared out between other clients, or this client's own cap; e.g. the timed download did not run), with the server's words, the bound it refused by and its limit, a retry hint and the operator's fix: WARN",
     },
     FindingId {
         id: "step-not-run",
@@ -137,6 +138,9 @@ pub struct NotRun {
     /// measurement is missing because of load, which the user must see.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub busy: bool,
+    /// What the server said when it refused the step for want of room.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<ServerBusy>,
 }
 
 /// The mtu check's raw data (`report.data["mtu"]`).
@@ -171,6 +175,9 @@ pub struct MtuData {
     pub not_run: Vec<NotRun>,
     /// The run was cut short by the user (Ctrl-C / SIGTERM): what is here is what was measured.
     pub interrupted: bool,
+    /// The server refused the check's session for want of room: nothing ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<ServerBusy>,
 }
 
 impl MtuData {
@@ -179,15 +186,17 @@ impl MtuData {
             step,
             why: why.into(),
             busy: false,
+            refusal: None,
         });
     }
 
     /// A step the server refused for want of room ([`NotRun::busy`]).
-    pub fn refused_busy(&mut self, step: Step, why: impl Into<String>) {
+    pub fn refused_busy(&mut self, step: Step, busy: ServerBusy) {
         self.not_run.push(NotRun {
             step,
-            why: why.into(),
+            why: busy.message.clone(),
             busy: true,
+            refusal: Some(busy),
         });
     }
 
@@ -933,22 +942,12 @@ fn not_run_findings(data: &MtuData) -> Vec<Finding> {
                     n.why
                 ))
             }
-            _ if n.busy => Finding::new(
-                CHECK,
-                "server-busy",
-                Status::Warn,
-                format!("the server was busy: {} not run", n.step.words()),
-            )
-            .summary(format!(
-                "The server was busy: {} did not run, so this report lacks it. The server said: {}.",
+            _ if n.busy => describe_busy(
+                Finding::new(CHECK, "server-busy", Status::Warn, ""),
                 n.step.words(),
-                n.why
-            ))
-            .remedy(
-                Remedy::new(
-                    "Run the check again when the server is less busy, or have its operator raise the limit the refusal names",
-                )
-                .on(Host::Server),
+                &n.refusal
+                    .clone()
+                    .unwrap_or_else(|| ServerBusy::new(n.why.clone(), None, None)),
             ),
             _ => Finding::new(
                 CHECK,
@@ -975,6 +974,14 @@ fn capitalize(s: &str) -> String {
 
 /// All findings of the mtu check.
 pub fn findings(data: &MtuData) -> Vec<Finding> {
+    if let Some(busy) = &data.refused {
+        // Nothing ran: one WARN saying so, not a path MTU "not measured" per direction.
+        return vec![describe_busy(
+            Finding::new(CHECK, "server-busy", Status::Warn, ""),
+            "the mtu check",
+            busy,
+        )];
+    }
     let mut out = Vec::new();
     for d in [&data.up, &data.down].into_iter().flatten() {
         out.extend(direction_findings(d, data));
@@ -996,7 +1003,11 @@ mod busy_tests {
         let mut data = MtuData::default();
         data.refused_busy(
             Step::Download,
-            "the server is busy: 8 of its 8 bulk downloads are in use",
+            ServerBusy::new(
+                "the server is busy: 8 of its 8 bulk downloads are in use",
+                Some("bulk-fair-share".into()),
+                Some(8),
+            ),
         );
         data.not_run(Step::Mss, "the check was interrupted");
         let f = findings(&data);
@@ -1011,6 +1022,29 @@ mod busy_tests {
         assert!(busy.summary.contains("8 of its 8"), "{}", busy.summary);
         let note = f.iter().find(|f| f.id == "step-not-run").unwrap();
         assert_eq!(note.status, Status::Info);
+        assert_eq!(busy.evidence[1].value, Quantity::Count(8));
+        assert!(busy.remedies.iter().any(|r| r.host == Some(Host::Client)));
+        assert!(busy.remedies.iter().any(|r| r.host == Some(Host::Server)));
+    }
+
+    #[test]
+    fn a_session_the_server_had_no_room_for_is_one_warning() {
+        let data = MtuData {
+            refused: Some(ServerBusy::new(
+                "the server is busy: 512 of its 512 live sessions are in use",
+                Some("sessions-fair-share".into()),
+                Some(512),
+            )),
+            ..Default::default()
+        };
+        let f = findings(&data);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(
+            (f[0].id.as_str(), f[0].status),
+            ("server-busy", Status::Warn)
+        );
+        assert_eq!(f[0].title, "the server was busy: the mtu check not run");
+        assert!(f[0].remedies[1].description.contains("--max-sessions"));
     }
 }
 

@@ -155,6 +155,26 @@ impl fmt::Display for RefusalCode {
 pub struct Refusal {
     pub code: RefusalCode,
     pub message: String,
+    /// For a refusal for want of room (a pool full, shared out between other clients, or a
+    /// per-client cap): which bound and its value, so the client can report them as figures.
+    /// Absent from servers before it existed and in other refusals (older clients ignore it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadLimit>,
+}
+
+/// The bound a server refused work by for want of room: the reason it logs (e.g.
+/// `sessions-fair-share`, `streams-total`, `bulk-per-client`) and the limit in force.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadLimit {
+    pub reason: String,
+    pub limit: u32,
+}
+
+impl Refusal {
+    /// The server refused for want of room (its load or this client's), not for what was asked.
+    pub fn is_load(&self) -> bool {
+        self.code == RefusalCode::LimitExceeded
+    }
 }
 
 /// The server's answer to a [`Hello`].
@@ -314,6 +334,7 @@ mod tests {
         let e = ProtoError::Refused(Refusal {
             code: RefusalCode::LimitExceeded,
             message: "it allows 32 concurrent sessions per client address".into(),
+            load: None,
         });
         let text = e.to_string();
         assert!(!text.contains("LimitExceeded"), "{text}");

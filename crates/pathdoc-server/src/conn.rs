@@ -53,7 +53,7 @@ pub(crate) fn refuse_admission(
     let key = ClientKey::of(peer.ip(), &shared.config.limits);
     let refusal = admission_refusal(key, over);
     shared.accounting.refused(peer, &refusal);
-    let bytes = encode_refusal(RefusalCode::LimitExceeded, refusal.message);
+    let bytes = encode_refusal(RefusalCode::LimitExceeded, refusal);
     let mut sink = [0u8; 1024];
     let mut heard = false;
     for _ in 0..4 {
@@ -481,12 +481,21 @@ async fn refuse(
 ) {
     shared.accounting.refused(peer, &refusal);
     let slot = DrainSlot::take(&shared.accounting);
-    send_refusal(stream, encode_refusal(code, refusal.message), slot).await;
+    send_refusal(stream, encode_refusal(code, refusal), slot).await;
 }
 
 /// Preamble and `refused` frame, ready to write.
-fn encode_refusal(code: RefusalCode, message: String) -> Vec<u8> {
-    let reply = HelloReply::Refused(Refusal { code, message });
+/// A refusal for want of room also names its bound and limit ([`pathdoc_proto::LoadLimit`]).
+fn encode_refusal(code: RefusalCode, refusal: Refuse) -> Vec<u8> {
+    let load = (code == RefusalCode::LimitExceeded).then(|| pathdoc_proto::LoadLimit {
+        reason: refusal.reason.to_string(),
+        limit: refusal.limit,
+    });
+    let reply = HelloReply::Refused(Refusal {
+        code,
+        message: refusal.message,
+        load,
+    });
     let mut bytes = Vec::with_capacity(256);
     bytes.extend_from_slice(&pathdoc_proto::MAGIC);
     bytes.extend_from_slice(&pathdoc_proto::PROTOCOL_VERSION.to_be_bytes());

@@ -66,12 +66,32 @@ pub enum SpeedError {
     },
     #[error("the server refused the test: {0}")]
     Refused(String),
+    /// The server had no room for the test (its session or its streams): a `server-busy`
+    /// WARN in the report, not a failure.
+    #[error("the server was busy: {}", .0.message)]
+    Busy(pathdoc_core::busy::ServerBusy),
     #[error("protocol error")]
     Proto(#[from] ProtoError),
     #[error("I/O error on a data stream")]
     Io(#[from] std::io::Error),
     #[error("the server stopped answering: {0}")]
     Lost(String),
+}
+
+/// A `refused` answer: for want of room (it names its bound) the server was busy.
+fn refused(reason: String, load: Option<pathdoc_proto::LoadLimit>) -> SpeedError {
+    match load {
+        Some(load) => SpeedError::Busy(busy_of(reason, Some(load))),
+        None => SpeedError::Refused(reason),
+    }
+}
+
+fn busy_of(
+    message: String,
+    load: Option<pathdoc_proto::LoadLimit>,
+) -> pathdoc_core::busy::ServerBusy {
+    let (reason, limit) = load.map(|l| (l.reason, l.limit)).unzip();
+    pathdoc_core::busy::ServerBusy::new(message, reason, limit)
 }
 
 /// One complete test: the directions measured and both hosts' settings.
@@ -162,7 +182,10 @@ pub async fn run_test(
             STEP_TIMEOUT,
         )
         .await
-        .map_err(|source| SpeedError::Connect { server, source })?;
+        .map_err(|source| match source {
+            ProtoError::Refused(r) if r.is_load() => SpeedError::Busy(busy_of(r.message, r.load)),
+            source => SpeedError::Connect { server, source },
+        })?;
         let (mut rd, mut wr) = conn.into_inner().into_split();
         let spec = TestSpec {
             mode: opts.mode,
@@ -181,7 +204,7 @@ pub async fn run_test(
         .await??
         {
             ServerMsg::Accepted { duration_ms, host } => (Duration::from_millis(duration_ms), host),
-            ServerMsg::Refused { reason } => return Err(SpeedError::Refused(reason)),
+            ServerMsg::Refused { reason, load } => return Err(refused(reason, load)),
             other => return Err(SpeedError::Lost(format!("unexpected {other:?}"))),
         };
         if duration < opts.duration {
@@ -311,7 +334,7 @@ async fn drive(
     };
     match started {
         Some(Ok(ServerMsg::Started)) => {}
-        Some(Ok(ServerMsg::Refused { reason })) => return Err(SpeedError::Refused(reason)),
+        Some(Ok(ServerMsg::Refused { reason, load })) => return Err(refused(reason, load)),
         Some(Ok(other)) => return Err(SpeedError::Lost(format!("unexpected {other:?}"))),
         Some(Err(e)) => return Err(e.into()),
         None => return Err(SpeedError::Lost("control connection closed".into())),

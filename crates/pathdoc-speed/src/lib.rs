@@ -99,6 +99,10 @@ pub const FINDING_IDS: &[FindingId] = &[
         meaning: "one test of the sequence (e.g. the download after the upload, or one congestion control of --compare-cc) could not run; the tests before it are judged: INCONCLUSIVE",
     },
     FindingId {
+        id: "server-busy",
+        meaning: "the server had no room for a test (its session or its streams: a pool full, shared out between other clients, or this client's own cap), with the server's words, the bound it refused by and its limit, a retry hint and the operator's fix: WARN",
+    },
+    FindingId {
         id: pathdoc_core::report::CHECK_NOT_RUN,
         meaning: "one test of the sequence never started: the run was interrupted first: INFO",
     },
@@ -210,6 +214,7 @@ mod tests {
                     congestion_control: None,
                     reason: "refused".into(),
                     interrupted: false,
+                    busy: None,
                 },
                 NotMeasured {
                     test: "download with bbr".into(),
@@ -217,6 +222,19 @@ mod tests {
                     congestion_control: Some("bbr".into()),
                     reason: "interrupted before it started".into(),
                     interrupted: true,
+                    busy: None,
+                },
+                NotMeasured {
+                    test: "upload with bbr".into(),
+                    mode: Mode::Upload,
+                    congestion_control: Some("bbr".into()),
+                    reason: "the server was busy".into(),
+                    interrupted: false,
+                    busy: Some(pathdoc_core::busy::ServerBusy::new(
+                        "the server is busy",
+                        Some("streams-fair-share".into()),
+                        Some(64),
+                    )),
                 },
             ],
             interrupted: true,

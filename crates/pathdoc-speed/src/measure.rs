@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::analysis::{compare_cc, diagnose_asymmetry, CcRun, CHECK};
 use crate::client::{run_test, SpeedError, SpeedOptions, SpeedRun};
 use crate::spec::{Direction, Mode};
+use pathdoc_core::busy::{describe as describe_busy, ServerBusy};
 
 /// One test that did not run (or did not finish), and why.
 #[derive(Debug, Clone, Serialize)]
@@ -29,6 +30,9 @@ pub struct NotMeasured {
     pub reason: String,
     /// It did not start because the user interrupted the run (not a failure).
     pub interrupted: bool,
+    /// The server had no room for it (its session or its streams): a `server-busy` WARN.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busy: Option<ServerBusy>,
 }
 
 /// A `--compare-cc` result for one direction.
@@ -79,8 +83,9 @@ fn label(o: &SpeedOptions, cc: Option<&str>) -> String {
 }
 
 /// Run each of `tests` (with `compare`: once with CUBIC and once with BBR) in turn. Returns an
-/// error only when the first test could not run at all (nothing was measured); later failures
-/// become findings.
+/// error only when the first test could not run at all (nothing was measured) for another
+/// reason than the server's load; later failures become findings, and a test the server had no
+/// room for is a `server-busy` WARN wherever it comes.
 pub async fn measure(
     server: SocketAddr,
     token: Option<String>,
@@ -136,13 +141,18 @@ pub async fn measure(
                             congestion_control: rest.cc.clone(),
                             reason: "interrupted before it started".to_string(),
                             interrupted: true,
+                            busy: None,
                         });
                     }
                     break;
                 }
             }
-            Err(e) if k == 0 => return Err(e),
+            Err(e) if k == 0 && !matches!(e, SpeedError::Busy(_)) => return Err(e),
             Err(e) => {
+                let busy = match &e {
+                    SpeedError::Busy(b) => Some(b.clone()),
+                    _ => None,
+                };
                 for rest in &plan[k..] {
                     m.not_measured.push(NotMeasured {
                         test: label(rest, if compare { rest.cc.as_deref() } else { None }),
@@ -150,10 +160,13 @@ pub async fn measure(
                         congestion_control: rest.cc.clone(),
                         reason: if std::ptr::eq(rest, o) {
                             error_chain(&e)
+                        } else if busy.is_some() {
+                            "not started: the server was busy".to_string()
                         } else {
                             "not started after the previous test failed".to_string()
                         },
                         interrupted: false,
+                        busy: busy.clone(),
                     });
                 }
                 break;
@@ -264,7 +277,13 @@ fn interrupted_finding(m: &Measurement) -> Finding {
 /// A test that did not run, with the report's generic ids (docs/output.md): `check-not-run` when
 /// the user interrupted first, `check-failed` when it failed or was refused.
 fn not_measured_finding(n: &NotMeasured) -> Finding {
-    let mut f = if n.interrupted {
+    let mut f = if let Some(busy) = &n.busy {
+        describe_busy(
+            Finding::new(CHECK, "server-busy", Status::Warn, ""),
+            &format!("the {} test", n.test),
+            busy,
+        )
+    } else if n.interrupted {
         Finding::new(
             CHECK,
             CHECK_NOT_RUN,

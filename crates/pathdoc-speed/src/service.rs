@@ -159,12 +159,12 @@ impl Service for SpeedService {
                     Ok(None) | Ok(Some(Err(pathdoc_proto::ProtoError::Closed))) => return Ok(()),
                     Ok(Some(Err(pathdoc_proto::ProtoError::Malformed(m)))) => {
                         let reason = format!("malformed message: {m}");
-                        send(&mut wr, &ServerMsg::Refused { reason }).await?;
+                        send(&mut wr, &ServerMsg::Refused { reason, load: None }).await?;
                         continue;
                     }
                     Ok(Some(Err(e))) => {
                         let reason = e.to_string();
-                        let _ = send(&mut wr, &ServerMsg::Refused { reason }).await;
+                        let _ = send(&mut wr, &ServerMsg::Refused { reason, load: None }).await;
                         return Err(e.into());
                     }
                     Ok(Some(Ok(m))) => m,
@@ -178,7 +178,7 @@ impl Service for SpeedService {
                 let spec = match checked {
                     Ok(s) => s,
                     Err(reason) => {
-                        send(&mut wr, &ServerMsg::Refused { reason }).await?;
+                        send(&mut wr, &ServerMsg::Refused { reason, load: None }).await?;
                         continue;
                     }
                 };
@@ -193,6 +193,10 @@ impl Service for SpeedService {
                             &mut wr,
                             &ServerMsg::Refused {
                                 reason: refuse.message,
+                                load: Some(pathdoc_proto::LoadLimit {
+                                    reason: refuse.reason.to_string(),
+                                    limit: refuse.limit,
+                                }),
                             },
                         )
                         .await?;
@@ -321,7 +325,7 @@ async fn run_one_test(
                 inner.attached.clear();
                 reason
             };
-            send(wr, &ServerMsg::Refused { reason }).await?;
+            send(wr, &ServerMsg::Refused { reason, load: None }).await?;
             return Ok(());
         }
     }
@@ -355,7 +359,7 @@ async fn run_one_test(
                 stop.store(true, std::sync::atomic::Ordering::Relaxed);
                 finish_streams(streams).await;
                 let reason = format!("the server could not start a stream thread: {e}");
-                send(wr, &ServerMsg::Refused { reason }).await?;
+                send(wr, &ServerMsg::Refused { reason, load: None }).await?;
                 return Ok(());
             }
         }

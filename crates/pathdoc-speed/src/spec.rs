@@ -175,6 +175,10 @@ pub enum ServerMsg {
     },
     Refused {
         reason: String,
+        /// A refusal for want of room (the stream budget): its bound and limit. Absent in
+        /// other refusals and from older servers (older clients ignore it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        load: Option<pathdoc_proto::LoadLimit>,
     },
     Started,
     Samples {

@@ -32,6 +32,7 @@ mod mtu_lab;
 mod nic_lab;
 mod police_lab;
 mod report_html;
+mod server_fairness_v6;
 mod speed_lab;
 mod ssh_lab;
 mod targets;

@@ -358,6 +358,7 @@ fn refusing_server() -> SocketAddr {
                         _ => HelloReply::Refused(Refusal {
                             code: RefusalCode::LimitExceeded,
                             message: "too many sessions from 127.0.0.1 (limit 0)".into(),
+                            load: None,
                         }),
                     };
                     conn.send(&reply).await.ok()

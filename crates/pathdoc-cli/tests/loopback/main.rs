@@ -14,6 +14,7 @@ mod flags_extreme;
 mod idle_mtu_cancel;
 mod mtu_loopback;
 mod packaging;
+mod server_busy;
 mod server_cli;
 mod server_fairness;
 mod server_load;

@@ -197,3 +197,25 @@ fn silent_unauthenticated_connections_cannot_starve_authenticated_checks() {
     assert!(held >= 32, "the attack did not get going: {summary}");
     assert!(tally.served >= SERVED, "{summary}");
 }
+
+#[test]
+fn a_few_addresses_holding_connections_leave_room_for_another_client() {
+    let _serial = serial();
+    // 8 addresses × 16 live sessions (one connection each) against 64 connections, 16 per
+    // address: first come, first served 4 addresses would hold them all; the fair rule needs
+    // 13 (docs/server.md) and leaves a newcomer the 2–3 connections an mtu check opens.
+    let server = start(&[
+        "--max-connections",
+        "64",
+        "--max-connections-per-ip",
+        "16",
+        "--max-handshakes",
+        "64",
+        "--max-handshakes-per-ip",
+        "16",
+    ]);
+    let check = ["--mtu", "--mtu-bulk-ms", "200", "--mtu-wait-ms", "100"];
+    let (tally, held, summary) = under_attack(&server, Pool::MtuSessions, (8, 16), &check);
+    assert!(held >= 32, "the attack did not get going: {summary}");
+    assert!(tally.served >= SERVED, "{summary}");
+}

@@ -77,6 +77,7 @@ fn fake_server(mode: Fake) -> SocketAddr {
                         Fake::Refuse => HelloReply::Refused(Refusal {
                             code: RefusalCode::LimitExceeded,
                             message: format!("busy {PAYLOAD}"),
+                            load: None,
                         }),
                         Fake::WelcomeThenGarbage => HelloReply::Welcome(Welcome {
                             server_version: format!("pathdoc 0.1.0 {PAYLOAD}"),
