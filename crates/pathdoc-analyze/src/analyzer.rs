@@ -117,6 +117,8 @@ pub struct PacketRecord {
     pub tcp_flags: u16,
     pub flags: Flags,
     pub dupack_num: u32,
+    /// The advertised receive window in bytes, scaled; `None` while the scale is unknown.
+    pub window: Option<u64>,
 }
 
 /// An ICMP error seen in the capture.
@@ -320,6 +322,7 @@ impl Analyzer {
                     tcp_flags: tcp.flags,
                     flags: out.analysis.flags,
                     dupack_num: out.analysis.dupack_num,
+                    window: out.window,
                 })
             }
             L4::Udp { .. } => {

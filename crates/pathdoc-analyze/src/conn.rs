@@ -119,6 +119,9 @@ pub struct PacketOutcome {
     pub dir: usize,
     pub rel_seq: u32,
     pub rel_ack: u32,
+    /// The advertised receive window in bytes (scaled), or `None` while the window scale is
+    /// unknown (a capture that missed the handshake: the raw field would understate it).
+    pub window: Option<u64>,
 }
 
 impl Connection {
@@ -211,6 +214,7 @@ impl Connection {
         let syn = tcp.flags & TH_SYN != 0;
         let rst = tcp.flags & TH_RST != 0;
         let scaled = self.state.flows[d].scaled_window(tcp.window, syn);
+        let window = (syn || self.state.flows[d].win_scale != -1).then_some(scaled);
         let peer_window = self.dirs[1 - d].last_window;
 
         let st = &mut self.dirs[d];
@@ -270,6 +274,7 @@ impl Connection {
             dir: d,
             rel_seq,
             rel_ack,
+            window,
         }
     }
 

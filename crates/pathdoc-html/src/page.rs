@@ -262,6 +262,57 @@ fn nic_note(nic: Option<&str>) -> String {
         .unwrap_or_default()
 }
 
+/// The client's address as the server saw it. A public address there is not necessarily this
+/// computer's: behind a NAT it is the NAT's, so the cell says so.
+fn client_address_cell(addr: &str) -> String {
+    let ip = addr
+        .parse::<std::net::SocketAddr>()
+        .map(|a| a.ip())
+        .or_else(|_| addr.parse::<std::net::IpAddr>());
+    let own = match ip {
+        Ok(std::net::IpAddr::V4(v4)) => v4.is_private() || v4.is_loopback() || v4.is_link_local(),
+        Ok(std::net::IpAddr::V6(v6)) => v6.is_loopback() || (v6.segments()[0] & 0xfe00) == 0xfc00,
+        Err(_) => false,
+    };
+    let note = if own {
+        "as the server saw it"
+    } else {
+        "as the server saw it: a NAT's public address if this computer is behind one"
+    };
+    format!("{} <span class=\"note\">({note})</span>", esc(addr))
+}
+
+/// The far end's address cell: what the report's target is, labelled when it is not an
+/// address (an ssh destination or alias, the capture files of `pathdoc analyze`).
+fn server_address_cell(path: &PathInfo) -> String {
+    let target = path.server.as_str();
+    if path.command == "analyze" {
+        return format!(
+            "— <span class=\"note\">(from the capture {}; each connection's ends are in its findings)</span>",
+            esc(target)
+        );
+    }
+    let host = target.rsplit_once('@').map_or(target, |(_, h)| h);
+    let is_address = host.parse::<std::net::SocketAddr>().is_ok()
+        || host.parse::<std::net::IpAddr>().is_ok()
+        || host
+            .rsplit_once(':')
+            .is_some_and(|(h, _)| h.parse::<std::net::IpAddr>().is_ok());
+    if is_address {
+        esc(target)
+    } else if path.command == "ssh" {
+        format!(
+            "{} <span class=\"note\">(ssh destination as given; ssh_config may map it to another host)</span>",
+            esc(target)
+        )
+    } else {
+        format!(
+            "{} <span class=\"note\">(name as given)</span>",
+            esc(target)
+        )
+    }
+}
+
 fn path_section(s: &mut String, path: &PathInfo) {
     s.push_str("<section id=\"path\">\n<h2>The path</h2>\n");
     s.push_str(
@@ -273,10 +324,7 @@ fn path_section(s: &mut String, path: &PathInfo) {
         "<tr><td>client</td><td>{}</td><td>this computer</td><td>{}</td></tr>",
         path.client_public
             .as_deref()
-            .map(|a| format!(
-                "{} <span class=\"note\">(as the server saw it)</span>",
-                esc(a)
-            ))
+            .map(client_address_cell)
             .unwrap_or_else(|| "—".into()),
         nic_note(path.client_nic.as_deref())
     );
@@ -305,7 +353,7 @@ fn path_section(s: &mut String, path: &PathInfo) {
     let _ = writeln!(
         s,
         "<tr><td>server</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-        esc(&path.server),
+        server_address_cell(path),
         esc(path.server_kind),
         nic_note(path.server_nic.as_deref())
     );
@@ -433,6 +481,44 @@ mod tests {
         let mut s = String::new();
         plots(&mut s, &Report::new("check", "x"), &[]);
         assert!(s.contains("no raw measurements"), "{s}");
+    }
+
+    /// Issue 18: the path table put the pcap file name in the server's address column, an ssh
+    /// alias there unlabelled, and a NAT's public address as "this computer".
+    #[test]
+    fn path_table_labels_aliases_capture_files_and_nat_addresses() {
+        let table = |r: &Report| {
+            let mut s = String::new();
+            path_section(&mut s, &PathInfo::from_report(r));
+            s
+        };
+        let s = table(&Report::new("analyze", "x.pcap"));
+        assert!(
+            s.contains("<td>— <span class=\"note\">(from the capture x.pcap;"),
+            "{s}"
+        );
+        let s = table(&Report::new("ssh", "root@nas:2222"));
+        assert!(
+            s.contains("root@nas:2222 <span class=\"note\">(ssh destination as given;"),
+            "{s}"
+        );
+        let s = table(&Report::new("check", "203.0.113.10:7224"));
+        assert!(s.contains("<td>203.0.113.10:7224</td>"), "{s}");
+
+        let mut r = Report::new("check", "203.0.113.10:7224");
+        r.data.insert(
+            "idle".into(),
+            serde_json::json!({"public_addr": "198.51.100.7:4000"}),
+        );
+        assert!(table(&r).contains(
+            "198.51.100.7:4000 <span class=\"note\">(as the server saw it: a NAT's public address"
+        ));
+        r.data.insert(
+            "idle".into(),
+            serde_json::json!({"public_addr": "192.168.1.100:4000"}),
+        );
+        assert!(table(&r)
+            .contains("192.168.1.100:4000 <span class=\"note\">(as the server saw it)</span>"));
     }
 
     #[test]

@@ -18,6 +18,8 @@ pub struct Hop {
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PathInfo {
+    /// The report's command (`check`, `ssh`, `analyze`, …): what `server` is depends on it.
+    pub command: String,
     pub server: String,
     /// What the far end is, in words: the report's command decides (a pathdoc server, an sshd).
     pub server_kind: &'static str,
@@ -35,6 +37,7 @@ impl PathInfo {
         let idle: Section<Idle> = section(report, "idle");
         let mtu: Section<Mtu> = section(report, "mtu");
         let mut path = PathInfo {
+            command: report.command.clone(),
             server: report.target.clone(),
             server_kind: match report.command.as_str() {
                 "ssh" => "SSH server (sshd); a temporary pathdoc server beside it for raw TCP",

@@ -482,7 +482,7 @@ fn copy_binary(
             expected: local.sha256.clone(),
         }),
         Some(5) => Err(fail(format!(
-            "the copied binary does not run there ({}); install pathdoc {VERSION} on the far end (a build for its C library), then retry",
+            "the copied binary does not run there ({}); run pathdoc from its portable build (scripts/package.sh --portable: glibc 2.17 or newer, README \"Install\"), or install pathdoc {VERSION} on the far end's PATH, then retry",
             out.trim_start_matches("does-not-run").trim()
         ))),
         Some(7) => Err(UnsafeDir::parse(out)

@@ -201,7 +201,11 @@ fn record(s: &mut Series, r: &PacketRecord) {
     }
     // An ACK from this side acknowledges the other side's data.
     if r.tcp_flags & TCP_ACK != 0 {
-        s.acks[ack_dir].push(json!({ "t": t, "ack": r.rel_ack, "flags": flags }), flagged);
+        // With the advertised window the graph draws the window edge (ACK + window).
+        s.acks[ack_dir].push(
+            json!({ "t": t, "ack": r.rel_ack, "win": r.window, "flags": flags }),
+            flagged,
+        );
     }
 }
 

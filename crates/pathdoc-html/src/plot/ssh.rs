@@ -147,16 +147,31 @@ fn direction_figure(way: &str, transfers: &[SshTransfer], lines: &Lines) -> Opti
 
 type DrawResult = Result<(), Box<dyn std::error::Error>>;
 
+/// A reference line beyond this multiple of the longest bar is named, not drawn to scale.
+const OFF_SCALE: f64 = 5.0;
+
 fn draw(svg: &mut String, bars: &[Bar], lines: &Lines) -> DrawResult {
-    let height = 112 + 34 * bars.len() as u32;
+    let longest = bars.iter().map(|b| b.rate_bps).fold(0.0, f64::max);
+    // The axis fits the bars: a reference line far beyond them (a window / RTT ceiling of
+    // 240 Gbit/s at sub-ms RTT beside 165 Mbit/s bars) would shrink them to slivers, so it is
+    // named with an arrow and its value at the right edge instead of drawn.
+    let on_scale = |v: &f64| *v <= longest * OFF_SCALE;
+    let max = lines
+        .raw_tcp_bps
+        .iter()
+        .chain(lines.window_ceiling_bps.iter())
+        .copied()
+        .filter(on_scale)
+        .fold(longest, f64::max);
+    // Off-scale values get a row each above the plot, clear of the bars and the lines' labels.
+    let off_rows = [lines.raw_tcp_bps, lines.window_ceiling_bps]
+        .iter()
+        .flatten()
+        .filter(|v| !on_scale(v))
+        .count() as u32;
+    let height = 112 + 34 * bars.len() as u32 + 16 * off_rows;
     let root = SVGBackend::with_string(svg, (WIDTH, height)).into_drawing_area();
     root.fill(&WHITE)?;
-    let max = bars
-        .iter()
-        .map(|b| b.rate_bps)
-        .chain(lines.raw_tcp_bps)
-        .chain(lines.window_ceiling_bps)
-        .fold(0.0, f64::max);
     let (div, prefix) = si_axis(max);
     // Room right of the longest bar for its value label.
     let x_max = max / div * 1.25;
@@ -164,7 +179,7 @@ fn draw(svg: &mut String, bars: &[Bar], lines: &Lines) -> DrawResult {
     let x_fmt = ticks_for(x_max);
     let mut chart = ChartBuilder::on(&root)
         .margin(10)
-        .margin_top(26)
+        .margin_top(26 + 16 * off_rows)
         .margin_right(20)
         .x_label_area_size(44)
         .y_label_area_size(300)
@@ -210,11 +225,30 @@ fn draw(svg: &mut String, bars: &[Bar], lines: &Lines) -> DrawResult {
             value_style.clone(),
         ))?;
     }
+    let off_style = TextStyle::from((FONT, 12)).pos(text_anchor::Pos::new(
+        text_anchor::HPos::Right,
+        text_anchor::VPos::Center,
+    ));
+    let mut off_scale: i32 = 0;
     for (value, color, dash_label) in [
         (lines.raw_tcp_bps, MEASURE, "raw TCP"),
         (lines.window_ceiling_bps, RULE, "window / RTT"),
     ] {
         let Some(v) = value else { continue };
+        if !on_scale(&v) {
+            // Right-aligned with the plot's right edge, in the rows above it.
+            let (px, _) = in_area(&root, chart.backend_coord(&(x_max, n)));
+            root.draw(&Text::new(
+                format!(
+                    "{dash_label} {} (off scale) →",
+                    pathdoc_core::units::format_rate(v)
+                ),
+                (px, 16 + 16 * off_scale),
+                off_style.clone().color(&color),
+            ))?;
+            off_scale += 1;
+            continue;
+        }
         let x = v / div;
         chart.draw_series(std::iter::once(PathElement::new(
             vec![(x, 0.0), (x, n)],
@@ -303,6 +337,37 @@ mod tests {
             panic!()
         };
         assert!(legend.iter().all(|s| !s.label.contains("window")));
+    }
+
+    /// Issue 18: at sub-ms RTT the window / RTT ceiling was 240 Gbit/s and the axis ran to
+    /// 300 Gbit/s, so the 165 Mbit/s cipher bars were slivers. The axis fits the bars; the
+    /// ceiling is named with its value and an arrow.
+    #[test]
+    fn a_ceiling_far_off_scale_is_named_not_drawn() {
+        let ssh: Ssh = serde_json::from_value(serde_json::json!({
+            "raw_tcp": { "upload_bps": 721e6 },
+            "transfers": [
+                transfer_json("upload", None, "chacha20-poly1305@openssh.com", 165e6),
+                transfer_json("upload", Some("aes256-gcm@openssh.com"), "aes256-gcm@openssh.com", 170e6),
+            ]
+        }))
+        .unwrap();
+        let figs = figures(&Section::Read(ssh), [Some(240e9), None]);
+        let Body::Svg { svg, legend } = &figs[0].body else {
+            panic!("{:?}", figs[0].body)
+        };
+        assert!(
+            svg.contains("goodput (Mbit/s)"),
+            "axis not fitted to the bars: {svg}"
+        );
+        assert!(
+            svg.contains("window / RTT 240 Gbit/s (off scale) →"),
+            "{svg}"
+        );
+        // raw TCP (4.2× the longest bar) stays a line on the axis.
+        assert!(!svg.contains("raw TCP 721 Mbit/s (off scale)"), "{svg}");
+        assert!(svg.contains("raw TCP"), "{svg}");
+        assert!(legend.iter().any(|s| s.label.contains("window")));
     }
 
     #[test]
