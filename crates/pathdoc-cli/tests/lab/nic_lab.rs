@@ -256,6 +256,9 @@ fn analyze_sees_the_nic_fault_from_near_the_server() {
     } else {
         has(2, "pmtud-black-hole=fail");
         let f = support::find(r, "pmtud-black-hole").unwrap();
-        assert!(f["title"].as_str().unwrap().contains("never arrived here"), "{f:#}");
+        assert!(
+            f["title"].as_str().unwrap().contains("never arrived here"),
+            "{f:#}"
+        );
     }
 }
