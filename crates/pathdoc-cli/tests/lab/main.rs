@@ -34,3 +34,4 @@ mod report_html;
 mod speed_lab;
 mod ssh_lab;
 mod targets;
+mod v6_lab;
