@@ -53,6 +53,12 @@ impl Owner {
         match path.addr(hop) {
             None => Owner::Silent { hop },
             Some(addr) if is_private(addr) => Owner::Premises { hop, addr },
+            // IPv6 has no private LAN ranges in practice: the first router is the client's own
+            // gateway (the home router whose RFC 6092 firewall keeps the state).
+            Some(IpAddr::V6(v6)) if hop == 1 => Owner::Premises {
+                hop,
+                addr: IpAddr::V6(v6),
+            },
             Some(IpAddr::V4(v4)) if is_cgn(v4) => Owner::Carrier {
                 hop,
                 addr: v4.into(),

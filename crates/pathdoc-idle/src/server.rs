@@ -252,8 +252,7 @@ impl Service for IdleService {
         // Out of tokio: the socket is watched by the lot's thread from here on.
         let stream = conn.into_inner().into_std()?;
         stream.set_nonblocking(true)?;
-        let default_ttl = socket2::SockRef::from(&stream)
-            .ttl()
+        let default_ttl = pathdoc_sys::pmtu::hop_limit(&stream)
             .map_or(64, |t| u8::try_from(t).unwrap_or(u8::MAX));
         {
             let mut probes = lock(&state.probes);
@@ -596,8 +595,7 @@ fn keep_warm(
         };
         let setup = entry.conn.as_mut().map(|conn| {
             let sock = socket2::SockRef::from(conn.socket.socket());
-            let r = sock
-                .set_ttl(u32::from(ttl))
+            let r = pathdoc_sys::pmtu::set_hop_limit(conn.socket.socket(), u32::from(ttl))
                 .and_then(|_| sock.set_tcp_user_timeout(Some(hold)))
                 .and_then(|_| sock.set_tcp_keepalive(&ka));
             conn.warm = r.is_ok();
@@ -642,7 +640,10 @@ fn fire_tcp(session: &Session, state: &IdleState, tags: &[u32], nonce: u64) -> V
                     // Stop the TTL-limited keepalives and let the probe and its ACKs travel
                     // the whole path.
                     let _ = sock.set_keepalive(false);
-                    let _ = sock.set_ttl(u32::from(conn.default_ttl));
+                    let _ = pathdoc_sys::pmtu::set_hop_limit(
+                        conn.socket.socket(),
+                        u32::from(conn.default_ttl),
+                    );
                     conn.warm = false;
                 }
                 // Bound how long an unacknowledged probe is retransmitted.

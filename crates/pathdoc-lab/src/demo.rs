@@ -116,7 +116,125 @@ pub fn builtin_steps() -> Vec<DemoStep> {
             adjust: no_adjust,
             show: show_bloated,
         },
+        DemoStep {
+            scenario: "v6-ptb-blackhole",
+            title: "IPv4 downloads fine; over IPv6 big packets vanish",
+            adjust: no_adjust,
+            show: show_v6_ptb,
+        },
+        DemoStep {
+            scenario: "v6-firewall-idle",
+            title: "an idle IPv6 connection dies; IPv4 on the same router survives",
+            adjust: |t| {
+                t.hops[0].conntrack.tcp_established = Some(DEMO_V4_TIMEOUT_S);
+                t.hops[0].conntrack6.tcp_established = Some(DEMO_NAT_TIMEOUT_S);
+            },
+            show: show_v6_idle,
+        },
     ]
+}
+
+/// The demo's NAT44 timeout in `v6-firewall-idle`: longer than the IPv6 firewall's
+/// [`DEMO_NAT_TIMEOUT_S`], as 600 s is longer than 60 s in the scenario.
+pub const DEMO_V4_TIMEOUT_S: u32 = 8;
+
+/// One `ping -M do` of a whole `packet`-byte IP packet from the client, summarised.
+fn df_ping(lab: &Lab, server: std::net::IpAddr, packet: u32) -> Result<String, LabError> {
+    let v6 = server.is_ipv6();
+    let payload = packet - if v6 { 48 } else { 28 };
+    let (fam, server) = (if v6 { "-6" } else { "-4" }, server.to_string());
+    let args = ["-n", fam, "-M", "do", "-c", "2", "-W", "1", "-i", "0.3"];
+    let size = payload.to_string();
+    let mut cmd = lab.command("client", "ping");
+    cmd.args(args).args(["-s", &size, &server]);
+    let out = crate::exec::run_unchecked(&mut cmd, None, Duration::from_secs(5))?;
+    let text = format!("{}{}", out.stdout, out.stderr);
+    let summary = text
+        .lines()
+        .find(|l| l.contains("too long") || l.contains("Packet too big"))
+        .or_else(|| text.lines().find(|l| l.contains("packets transmitted")))
+        .unwrap_or("no output")
+        .trim()
+        .to_string();
+    Ok(format!(
+        "ping {fam} -M do -s {size} ({packet} B packets): {summary}"
+    ))
+}
+
+fn show_v6_ptb(lab: &Lab, say: Say) -> Result<(), LabError> {
+    let (v4, v6) = (lab.addr("server"), lab.addr_in("server", true));
+    let v6 = v6.ok_or_else(|| LabError::Measurement("the lab carries no IPv6".into()))?;
+    // Downloads first: once the client has met the tunnel itself (ping, tracepath) its kernel
+    // advertises a smaller MSS and TCP downloads are protected for ~10 min.
+    for server in [v4, v6] {
+        let t = traffic::download_in(lab, server, 1024 * 1024, Duration::from_secs(4))?;
+        say(format!(
+            "download 1 MiB over {}: {} after {} ms{}",
+            if server.is_ipv6() { "IPv6" } else { "IPv4" },
+            if t.completed { "complete" } else { "STALLED" },
+            t.elapsed_ms,
+            if t.completed {
+                String::new()
+            } else {
+                format!(", only {} received", format_bytes(t.received))
+            }
+        ));
+    }
+    say(df_ping(lab, v4, 1500)?);
+    say(df_ping(lab, v6, 1500)?);
+    if crate::preflight::require_tools(&["tracepath"]).is_ok() {
+        let mut cmd = lab.command("client", "tracepath");
+        cmd.args(["-6", "-n", "-m", "6", &v6.to_string()]);
+        let out = crate::exec::run_unchecked(&mut cmd, None, Duration::from_secs(15))?;
+        if let Some(line) = out.stdout.lines().find(|l| l.contains("Resume")) {
+            say(format!(
+                "tracepath -6 from the client: {} (the client's own side of PMTUD works; the server's never hears of the tunnel)",
+                line.trim()
+            ));
+        }
+    }
+    // What the client learned above would protect its downloads; pathdoc's check should see
+    // the path as a client that has not met the tunnel yet.
+    let _ = lab.run(
+        "client",
+        "ip",
+        &["-6", "route", "flush", "cache"],
+        Duration::from_secs(3),
+    );
+    say("flushed the client's IPv6 route cache (the PMTU ping and tracepath taught it)".into());
+    Ok(())
+}
+
+fn show_v6_idle(lab: &Lab, say: Say) -> Result<(), LabError> {
+    let v6 = lab
+        .addr_in("server", true)
+        .ok_or_else(|| LabError::Measurement("the lab carries no IPv6".into()))?;
+    let idle = Duration::from_secs(u64::from(DEMO_NAT_TIMEOUT_S) + 2);
+    let mut pairs = Vec::new();
+    for server in [lab.addr("server"), v6] {
+        let mut pair = TcpPair::open_to(lab, server)?;
+        let ok = pair.server_to_client(b"hello", Duration::from_secs(2))?;
+        pairs.push((server, pair, ok));
+    }
+    say(format!(
+        "idle for {} s (IPv6 firewall timeout {DEMO_NAT_TIMEOUT_S} s, NAT44 {DEMO_V4_TIMEOUT_S} s)...",
+        idle.as_secs()
+    ));
+    std::thread::sleep(idle);
+    for (server, mut pair, fresh) in pairs {
+        let ok = pair.server_to_client(b"ping after idle", Duration::from_secs(2))?;
+        say(format!(
+            "{} connection to {server}: fresh {}, after idle server → client {}",
+            if server.is_ipv6() { "IPv6" } else { "IPv4" },
+            if fresh { "arrives" } else { "LOST" },
+            if ok {
+                "arrives"
+            } else {
+                "never arrives (the firewall forgot the connection)"
+            }
+        ));
+    }
+    Ok(())
 }
 
 fn rtt(lab: &Lab, say: Say) -> Result<(), LabError> {

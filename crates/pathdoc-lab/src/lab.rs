@@ -2,7 +2,7 @@
 //! sysctls and delay lines of a [`Topology`], and removes all of it on [`Lab::down`] or drop.
 
 use std::ffi::OsStr;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -13,10 +13,10 @@ use rand::Rng;
 use crate::error::LabError;
 use crate::exec;
 use crate::nft;
-use crate::plan::{self, HostPlan, LinkPlan, Plan, ELEMENT_IFACE_A, ELEMENT_IFACE_B};
+use crate::plan::{self, HostPlan, IfacePlan, LinkPlan, Plan, ELEMENT_IFACE_A, ELEMENT_IFACE_B};
 use crate::preflight;
 use crate::state::{self, HostState, LabState, ProcessState, Teardown, SCHEMA};
-use crate::topology::{HopKind, Topology};
+use crate::topology::{Family, HopKind, Topology};
 
 /// Default namespace prefix; override with `PATHDOC_LAB_PREFIX` or [`LabOptions::prefix`].
 pub const DEFAULT_PREFIX: &str = "pd-";
@@ -81,6 +81,40 @@ fn validate_ident(value: &str, what: &str, max: usize) -> Result<(), LabError> {
             why: format!("{what} must be 1..{max} characters of a-z, 0-9 and '-', starting with a letter or digit"),
         })
     }
+}
+
+/// A host's primary address in a lab of `family`: IPv4 unless the lab is IPv6-only.
+fn primary_of(h: &HostPlan, family: Family) -> IpAddr {
+    match (family.has_v4(), h.primary_addr6()) {
+        (false, Some(a6)) => IpAddr::V6(a6),
+        _ => IpAddr::V4(h.primary_addr()),
+    }
+}
+
+/// `wan0 203.0.113.1/24 2001:db8:113::1/64 mtu 1500, route mtu 1420, IPv6 mtu 1480 (to server)`.
+fn describe_iface(i: &IfacePlan, family: Family) -> String {
+    let mut addrs = Vec::new();
+    if family.has_v4() {
+        addrs.push(format!("{}/{}", i.addr, i.prefix_len));
+    }
+    if let Some(a6) = i.addr6 {
+        addrs.push(format!("{a6}/64"));
+    }
+    let route = i
+        .route_mtu
+        .map(|m| format!(", route mtu {m}"))
+        .unwrap_or_default();
+    let mtu6 = i
+        .mtu6
+        .map(|m| format!(", IPv6 mtu {m}"))
+        .unwrap_or_default();
+    format!(
+        "{} {} mtu {}{route}{mtu6} (to {})",
+        i.name,
+        addrs.join(" "),
+        i.mtu,
+        i.peer
+    )
 }
 
 fn random_name() -> String {
@@ -217,20 +251,12 @@ impl Lab {
                 .map(|h| HostState {
                     name: h.name.clone(),
                     netns: h.netns.clone(),
-                    addr: h.primary_addr(),
+                    addr: primary_of(h, topology.family),
+                    addr6: h.primary_addr6().filter(|_| topology.family.has_v4()),
                     ifaces: h
                         .ifaces
                         .iter()
-                        .map(|i| {
-                            let route = i
-                                .route_mtu
-                                .map(|m| format!(", route mtu {m}"))
-                                .unwrap_or_default();
-                            format!(
-                                "{} {}/{} mtu {}{route} (to {})",
-                                i.name, i.addr, i.prefix_len, i.mtu, i.peer
-                            )
-                        })
+                        .map(|i| describe_iface(i, topology.family))
                         .collect(),
                 })
                 .collect(),
@@ -264,6 +290,55 @@ impl Lab {
         Ok(lab)
     }
 
+    /// Per-namespace sysctls before anything else: rp_filter off, IPv6 off in a v4 lab and in
+    /// element namespaces (they bridge frames and need no addresses); in an IPv6 lab no DAD (the
+    /// addresses are planned) and no router advertisements.
+    fn base_sysctls(&self, ns: &str) -> Result<(), LabError> {
+        let host = self.plan.hosts.iter().any(|h| h.netns == ns);
+        let v6 = host && self.plan.family.has_v6();
+        let off = if v6 { "0" } else { "1" };
+        let mut settings = vec![
+            ("net.ipv4.conf.all.rp_filter", "0"),
+            ("net.ipv4.conf.default.rp_filter", "0"),
+            ("net.ipv6.conf.all.disable_ipv6", off),
+            ("net.ipv6.conf.default.disable_ipv6", off),
+        ];
+        if v6 {
+            for k in [
+                "net.ipv6.conf.all.accept_dad",
+                "net.ipv6.conf.default.accept_dad",
+                "net.ipv6.conf.all.accept_ra",
+                "net.ipv6.conf.default.accept_ra",
+            ] {
+                settings.push((k, "0"));
+            }
+        }
+        for (k, v) in settings {
+            pathdoc_sys::netns::write_sysctl(ns, k, v)?;
+        }
+        Ok(())
+    }
+
+    /// `ip -batch` lines giving a host's interfaces their MTU and addresses, and bringing them up.
+    fn address_batch(&self, h: &HostPlan) -> String {
+        let family = self.plan.family;
+        let mut batch = String::new();
+        for i in &h.ifaces {
+            batch.push_str(&format!("link set dev {} mtu {}\n", i.name, i.mtu));
+            if family.has_v4() {
+                batch.push_str(&format!(
+                    "addr add {}/{} dev {}\n",
+                    i.addr, i.prefix_len, i.name
+                ));
+            }
+            if let Some(a6) = i.addr6 {
+                batch.push_str(&format!("addr add {a6}/64 dev {} nodad\n", i.name));
+            }
+            batch.push_str(&format!("link set dev {} up\n", i.name));
+        }
+        batch
+    }
+
     fn save(&self) -> Result<(), LabError> {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state::save(&self.state_path, &state)
@@ -280,14 +355,7 @@ impl Lab {
                 .namespaces
                 .push(ns.clone());
             self.save()?;
-            for (k, v) in [
-                ("net.ipv4.conf.all.rp_filter", "0"),
-                ("net.ipv4.conf.default.rp_filter", "0"),
-                ("net.ipv6.conf.all.disable_ipv6", "1"),
-                ("net.ipv6.conf.default.disable_ipv6", "1"),
-            ] {
-                pathdoc_sys::netns::write_sysctl(&ns, k, v)?;
-            }
+            self.base_sysctls(&ns)?;
             // Linux's default congestion control, whatever the host machine uses (often BBR), so
             // loss-based scenarios behave the same everywhere; a host's `sysctl` table overrides it.
             if let Err(e) =
@@ -300,6 +368,13 @@ impl Lab {
         for h in &self.plan.hosts {
             if h.name != "client" && h.name != "server" {
                 pathdoc_sys::netns::write_sysctl(&h.netns, "net.ipv4.ip_forward", "1")?;
+                if self.plan.family.has_v6() {
+                    pathdoc_sys::netns::write_sysctl(
+                        &h.netns,
+                        "net.ipv6.conf.all.forwarding",
+                        "1",
+                    )?;
+                }
             }
         }
         // 2. Links: a veth pair, or two pairs through a delay-line element.
@@ -358,15 +433,7 @@ impl Lab {
         }
         // 3. Addresses, MTU, offloads, link up.
         for h in &self.plan.hosts {
-            let mut batch = String::new();
-            for i in &h.ifaces {
-                batch.push_str(&format!("link set dev {} mtu {}\n", i.name, i.mtu));
-                batch.push_str(&format!(
-                    "addr add {}/{} dev {}\n",
-                    i.addr, i.prefix_len, i.name
-                ));
-                batch.push_str(&format!("link set dev {} up\n", i.name));
-            }
+            let batch = self.address_batch(h);
             exec::run(
                 Command::new("ip").args(["-n", &h.netns, "-batch", "-"]),
                 Some(&batch),
@@ -389,6 +456,15 @@ impl Lab {
         }
         // 4. Routes (after every link is up, so gateways resolve).
         for h in &self.plan.hosts {
+            // A smaller IPv6 MTU out of an interface (asymmetric link or `mtu6`): IPv6
+            // forwarding ignores unlocked route MTUs but honours this. Only now: the kernel
+            // resets it to the device MTU whenever the link comes up (carrier included).
+            for i in &h.ifaces {
+                if let Some(m) = i.mtu6 {
+                    let key = format!("net.ipv6.conf.{}.mtu", i.name);
+                    pathdoc_sys::netns::write_sysctl(&h.netns, &key, &m.to_string())?;
+                }
+            }
             let mut batch = String::new();
             for i in &h.ifaces {
                 if let Some(m) = i.route_mtu {
@@ -759,10 +835,19 @@ impl Lab {
     }
 
     fn check_path(&self) -> Result<(), LabError> {
-        let server = self.addr("server").to_string();
+        let mut servers = vec![self.addr("server")];
+        servers.extend(self.addr6("server").map(IpAddr::V6));
+        servers.dedup();
+        for server in servers {
+            self.check_reaches(&server.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn check_reaches(&self, server: &str) -> Result<(), LabError> {
         for _ in 0..5 {
             let mut cmd = self.command("client", "ping");
-            cmd.args(["-n", "-q", "-c", "1", "-W", "1", &server]);
+            cmd.args(["-n", "-q", "-c", "1", "-W", "1", server]);
             if exec::run_unchecked(&mut cmd, None, Duration::from_secs(3))?.success {
                 return Ok(());
             }
@@ -826,11 +911,36 @@ impl Lab {
         }
     }
 
-    /// Primary address of `host` (its server-facing one). Panics on an unknown host.
+    /// Primary address of `host` (its server-facing one): IPv4, or IPv6 in an IPv6-only lab.
+    /// Panics on an unknown host.
     pub fn addr(&self, host: &str) -> IpAddr {
         match self.host(host) {
-            Ok(h) => IpAddr::V4(h.primary_addr()),
+            Ok(h) => primary_of(h, self.plan.family),
             Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Primary IPv6 address of `host`, when the lab carries IPv6. Panics on an unknown host.
+    pub fn addr6(&self, host: &str) -> Option<Ipv6Addr> {
+        match self.host(host) {
+            Ok(h) => h.primary_addr6(),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// `host`'s primary address in one family (`v6`: IPv6), or `None` when the lab does not
+    /// carry that family. Panics on an unknown host.
+    pub fn addr_in(&self, host: &str, v6: bool) -> Option<IpAddr> {
+        if v6 {
+            self.addr6(host).map(IpAddr::V6)
+        } else {
+            self.plan.family.has_v4().then(|| {
+                IpAddr::V4(
+                    self.host(host)
+                        .map(|h| h.primary_addr())
+                        .unwrap_or(Ipv4Addr::UNSPECIFIED),
+                )
+            })
         }
     }
 

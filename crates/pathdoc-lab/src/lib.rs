@@ -37,4 +37,4 @@ pub mod traffic;
 pub use error::LabError;
 pub use lab::{Lab, LabOptions, LabProcess};
 pub use state::{LabState, Teardown, SCHEMA};
-pub use topology::{Direction, HopKind, HopSpec, LinkSpec, Rate, Topology};
+pub use topology::{Direction, Family, Filter, HopKind, HopSpec, LinkSpec, Rate, Topology};

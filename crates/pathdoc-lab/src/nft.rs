@@ -5,15 +5,21 @@
 //!   (and echo requests to the hop) passes, everything else is dropped silently, like a CPE or CGN.
 //!   `strict` adds `ct state invalid drop` so mid-stream packets of a forgotten connection are
 //!   dropped instead of re-creating state (together with `nf_conntrack_tcp_loose=0`).
-//! - Filters: `drop-icmp-frag-needed` drops ICMP type 3 code 4 in input, forward and output.
-//! - MSS clamp: `tcp option maxseg size set N` on SYNs in forward and output.
+//! - Filters: `drop-icmp-frag-needed` drops ICMP type 3 code 4 in input, forward and output;
+//!   `drop-icmpv6-packet-too-big` ICMPv6 type 2 in the same places.
+//! - MSS clamp: `tcp option maxseg size set N` on SYNs in forward and output (the `inet` table
+//!   sees IPv4 and IPv6 SYNs alike).
+//! - IPv6 through a NAT hop: the same `inet` rules make it an RFC 6092 stateful firewall
+//!   (established/related in, new from outside dropped; neighbour discovery and echo requests to
+//!   the hop itself allowed); `nat66` adds `table ip6 pathdoc_nat6` masquerade; `conntrack6`
+//!   timeouts are `ct timeout` objects set on the first packet of each forwarded IPv6 flow.
 //! - Random loss, loss bursts and policers are applied where packets are *received* (netdev ingress of the
 //!   receiving interface), so the sender's stack sees a real loss on the wire, not a local error.
 
 use std::fmt::Write;
 
 use crate::plan::{HostPlan, Plan};
-use crate::topology::{Filter, HopSpec, HostSpec, Police, Topology};
+use crate::topology::{Family, Filter, HopSpec, HostSpec, Police, Topology};
 
 /// Name of the lab's nftables tables in each namespace.
 pub const TABLE: &str = "pathdoc";
@@ -31,6 +37,7 @@ pub fn ruleset(topology: &Topology, plan: &Plan, host: &HostPlan) -> Option<Stri
     };
     let nat = host.is_nat;
     let strict = hop.map(|h| h.strict).unwrap_or(false);
+    let family = topology.family;
 
     let mut input = Vec::new();
     let mut forward = Vec::new();
@@ -52,9 +59,24 @@ pub fn ruleset(topology: &Topology, plan: &Plan, host: &HostPlan) -> Option<Stri
                 forward.push(rule.clone());
                 output.push(rule);
             }
+            Filter::DropIcmpv6PacketTooBig => {
+                let rule = "icmpv6 type packet-too-big counter drop".to_string();
+                input.push(rule.clone());
+                forward.push(rule.clone());
+                output.push(rule);
+            }
         }
     }
+    let mut objects = Vec::new();
     if nat {
+        for (proto, policy) in hop.map(|h| h.conntrack6.nft_policies()).unwrap_or_default() {
+            objects.push(format!(
+                "  ct timeout v6_{proto} {{\n    protocol {proto}; l3proto ip6;\n    policy = {{ {policy} }}\n  }}"
+            ));
+            forward.push(format!(
+                "meta nfproto ipv6 meta l4proto {proto} ct state new ct timeout set \"v6_{proto}\""
+            ));
+        }
         if strict {
             forward.push("ct state invalid counter drop".into());
             input.push("ct state invalid counter drop".into());
@@ -63,6 +85,12 @@ pub fn ruleset(topology: &Topology, plan: &Plan, host: &HostPlan) -> Option<Stri
         forward.push("iifname \"wan0\" counter drop".into());
         input.push("iifname \"wan0\" ct state established,related accept".into());
         input.push("iifname \"wan0\" icmp type echo-request accept".into());
+        if family.has_v6() {
+            input.push(
+                "iifname \"wan0\" icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, echo-request } accept"
+                    .into(),
+            );
+        }
         input.push("iifname \"wan0\" counter drop".into());
     }
 
@@ -71,6 +99,9 @@ pub fn ruleset(topology: &Topology, plan: &Plan, host: &HostPlan) -> Option<Stri
     if !(input.is_empty() && forward.is_empty() && output.is_empty()) {
         any = true;
         let _ = writeln!(text, "table inet {TABLE} {{");
+        for o in &objects {
+            let _ = writeln!(text, "{o}");
+        }
         for (chain, rules) in [
             ("input", &input),
             ("forward", &forward),
@@ -87,12 +118,18 @@ pub fn ruleset(topology: &Topology, plan: &Plan, host: &HostPlan) -> Option<Stri
         }
         let _ = writeln!(text, "}}");
     }
-    if nat {
-        any = true;
-        let _ = writeln!(
-            text,
-            "table ip {TABLE}_nat {{\n  chain postrouting {{\n    type nat hook postrouting priority srcnat; policy accept;\n    oifname \"wan0\" masquerade\n  }}\n}}"
-        );
+    for (table, on) in [
+        ("ip", nat && family.has_v4()),
+        ("ip6", host.is_nat66 && family.has_v6()),
+    ] {
+        if on {
+            any = true;
+            let suffix = if table == "ip" { "nat" } else { "nat6" };
+            let _ = writeln!(
+                text,
+                "table {table} {TABLE}_{suffix} {{\n  chain postrouting {{\n    type nat hook postrouting priority srcnat; policy accept;\n    oifname \"wan0\" masquerade\n  }}\n}}"
+            );
+        }
     }
     // Loss on the interfaces where this host receives.
     for iface in &host.ifaces {
@@ -104,20 +141,28 @@ pub fn ruleset(topology: &Topology, plan: &Plan, host: &HostPlan) -> Option<Stri
             &link.down
         };
         let mut rules = Vec::new();
+        let ip = protocols(family);
         if dir.loss_percent > 0.0 {
             let threshold = (dir.loss_percent / 100.0 * LOSS_SCALE as f64).round() as u64;
             rules.push(format!(
-                "meta protocol ip numgen random mod {LOSS_SCALE} < {threshold} counter drop"
+                "meta protocol {ip} numgen random mod {LOSS_SCALE} < {threshold} counter drop"
             ));
         }
         if let Some(b) = dir.burst_loss {
             rules.push(format!(
-                "meta protocol ip numgen inc mod {} < {} counter drop",
+                "meta protocol {ip} numgen inc mod {} < {} counter drop",
                 b.every_packets, b.burst_packets
             ));
         }
         if let Some(p) = dir.police {
-            rules.push(police_rule(p));
+            rules.push(police_rule(p, ip));
+        }
+        if !rules.is_empty() && family.has_v6() {
+            // Neighbour discovery is IPv6's ARP: loss and policers act on data, as for IPv4.
+            rules.insert(
+                0,
+                "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept".into(),
+            );
         }
         if !rules.is_empty() {
             any = true;
@@ -135,11 +180,20 @@ pub fn ruleset(topology: &Topology, plan: &Plan, host: &HostPlan) -> Option<Stri
     any.then_some(text)
 }
 
+/// The `meta protocol` match of loss and policer rules: the families the lab carries.
+fn protocols(family: Family) -> &'static str {
+    match family {
+        Family::V4 => "ip",
+        Family::Dual => "{ ip, ip6 }",
+        Family::V6 => "ip6",
+    }
+}
+
 /// A token-bucket policer on IP bytes. Written in plain bytes: nft's `kbytes` are 1024 bytes,
 /// and the rate is SI bit/s.
-fn police_rule(p: Police) -> String {
+fn police_rule(p: Police, ip: &str) -> String {
     format!(
-        "meta protocol ip limit rate over {} bytes/second burst {} bytes counter drop",
+        "meta protocol {ip} limit rate over {} bytes/second burst {} bytes counter drop",
         (p.rate.bits_per_second / 8).max(1),
         p.burst.bytes
     )
@@ -217,5 +271,39 @@ mod tests {
         let p = plan(&t, "l");
         let r = ruleset(&t, &p, p.host("hop1").unwrap()).unwrap();
         assert!(r.contains("maxseg size set 1380"), "{r}");
+    }
+
+    #[test]
+    fn dual_stack_nat_hop_is_an_rfc6092_firewall_with_its_own_timeouts() {
+        let t = Topology::from_toml(
+            "family = \"dual\"\n[[hop]]\nkind = \"nat\"\nconntrack = { tcp_established = 8 }\nconntrack6 = { tcp_established = 3, udp = 2 }\n[server]\nfilters = [\"drop-icmpv6-packet-too-big\"]\n[[link]]\nloss_percent = 1.0\n",
+        )
+        .unwrap();
+        let p = plan(&t, "l");
+        let r = ruleset(&t, &p, p.host("hop1").unwrap()).unwrap();
+        assert!(r.contains("ct timeout v6_tcp {"), "{r}");
+        assert!(r.contains("policy = { established: 3 }"), "{r}");
+        assert!(r.contains("policy = { unreplied: 2 }"), "{r}");
+        assert!(r.contains("ct timeout set \"v6_tcp\""), "{r}");
+        assert!(r.contains("nd-neighbor-solicit"), "{r}");
+        assert!(r.contains("table ip pathdoc_nat"), "{r}");
+        assert!(!r.contains("pathdoc_nat6"), "{r}");
+        assert!(r.contains("meta protocol { ip, ip6 } numgen random"), "{r}");
+        let r = ruleset(&t, &p, p.host("server").unwrap()).unwrap();
+        assert_eq!(
+            r.matches("icmpv6 type packet-too-big counter drop").count(),
+            3,
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn nat66_masquerades_ipv6() {
+        let t = Topology::from_toml("family = \"dual\"\n[[hop]]\nkind = \"nat\"\nnat66 = true\n")
+            .unwrap();
+        let p = plan(&t, "l");
+        let r = ruleset(&t, &p, p.host("hop1").unwrap()).unwrap();
+        assert!(r.contains("table ip6 pathdoc_nat6"), "{r}");
+        assert!(r.contains("table ip pathdoc_nat "), "{r}");
     }
 }

@@ -8,12 +8,17 @@
 //! gets an element namespace `<lab>-dl<i>` with interfaces `dla` (client side) and `dlb`.
 //! Routes: a default route upstream; routes to subnets on the client side only while no NAT hop
 //! hides them (a server never learns the private ranges behind a NAT).
+//!
+//! IPv6 (family `dual` or `v6`) mirrors the IPv4 plan in 2001:db8::/32 (RFC 3849): link 0 is
+//! 2001:db8:1::/64 (client ::100, hop1 ::1), link N 2001:db8:113::/64 (hopN ::1, server ::10),
+//! carrier links 2001:db8:64:i::/64 (upstream ::1, downstream ::2). IPv6 routes to the client side
+//! stop only at a `nat66` hop: an RFC 6092 firewall hides nothing.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::Serialize;
 
-use crate::topology::{Direction, DirectionSettings, HopKind, Topology};
+use crate::topology::{Direction, DirectionSettings, Family, HopKind, Topology};
 
 /// One interface of a host.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -29,14 +34,23 @@ pub struct IfacePlan {
     /// The host at the other end of the link.
     pub peer: String,
     pub peer_addr: Ipv4Addr,
+    /// IPv6 address (/64) when the lab carries IPv6.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub addr6: Option<Ipv6Addr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_addr6: Option<Ipv6Addr>,
+    /// `net.ipv6.conf.<iface>.mtu` when this host's sending direction has a smaller IPv6 MTU than
+    /// the interface (an asymmetric link or a v6-only `mtu6`): forwarding and local routes honour it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mtu6: Option<u32>,
 }
 
 /// A route a host installs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RoutePlan {
-    /// `default` or `a.b.c.d/len`.
+    /// `default` or `a.b.c.d/len` (`2001:db8:…/64` for IPv6 routes).
     pub dest: String,
-    pub via: Ipv4Addr,
+    pub via: IpAddr,
     pub dev: String,
     pub mtu: Option<u32>,
 }
@@ -48,6 +62,9 @@ pub struct HostPlan {
     pub netns: String,
     pub position: usize,
     pub is_nat: bool,
+    /// Whether the hop also masquerades IPv6 (`nat66`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub is_nat66: bool,
     pub ifaces: Vec<IfacePlan>,
     pub routes: Vec<RoutePlan>,
 }
@@ -59,6 +76,12 @@ impl HostPlan {
             .or_else(|| self.iface("lan0"))
             .map(|i| i.addr)
             .unwrap_or(Ipv4Addr::UNSPECIFIED)
+    }
+    /// The host's primary IPv6 address (server-facing), when the lab carries IPv6.
+    pub fn primary_addr6(&self) -> Option<Ipv6Addr> {
+        self.iface("wan0")
+            .or_else(|| self.iface("lan0"))
+            .and_then(|i| i.addr6)
     }
     pub fn iface(&self, name: &str) -> Option<&IfacePlan> {
         self.ifaces.iter().find(|i| i.name == name)
@@ -72,6 +95,9 @@ pub struct LinkPlan {
     pub left: String,
     pub right: String,
     pub subnet: String,
+    /// IPv6 prefix, when the lab carries IPv6.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subnet6: Option<String>,
     pub up: DirectionSettings,
     pub down: DirectionSettings,
     /// Namespace of the delay-line element, when the link has delay or jitter or a host's NIC
@@ -92,6 +118,7 @@ pub const ELEMENT_IFACE_B: &str = "dlb";
 /// The complete plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Plan {
+    pub family: Family,
     pub hosts: Vec<HostPlan>,
     pub links: Vec<LinkPlan>,
 }
@@ -134,13 +161,29 @@ fn link_addrs(i: usize, links: usize) -> (Ipv4Addr, Ipv4Addr, Ipv4Addr) {
     }
 }
 
+/// IPv6 addresses of link `i` of `links`, mirroring [`link_addrs`]: (prefix, left, right).
+fn link_addrs6(i: usize, links: usize) -> (Ipv6Addr, Ipv6Addr, Ipv6Addr) {
+    let net = |a: u16, b: u16, host: u16| Ipv6Addr::new(0x2001, 0xdb8, a, b, 0, 0, 0, host);
+    if i == links - 1 {
+        let left = if i == 0 { 0x100 } else { 1 };
+        (net(0x113, 0, 0), net(0x113, 0, left), net(0x113, 0, 0x10))
+    } else if i == 0 {
+        (net(1, 0, 0), net(1, 0, 0x100), net(1, 0, 1))
+    } else {
+        let n = i as u16;
+        (net(0x64, n, 0), net(0x64, n, 2), net(0x64, n, 1))
+    }
+}
+
 /// Compute the plan for `topology` with namespaces named `<lab_id>-<host>`.
 pub fn plan(topology: &Topology, lab_id: &str) -> Plan {
     let names = topology.host_names();
     let nlinks = topology.link_count();
+    let v6 = topology.family.has_v6();
     let is_nat = |pos: usize| {
         pos >= 1 && pos <= topology.hops.len() && topology.hops[pos - 1].kind == HopKind::Nat
     };
+    let is_nat66 = |pos: usize| is_nat(pos) && topology.hops[pos - 1].nat66;
 
     let links: Vec<LinkPlan> = (0..nlinks)
         .map(|i| {
@@ -152,6 +195,7 @@ pub fn plan(topology: &Topology, lab_id: &str) -> Plan {
                 left: names[i].clone(),
                 right: names[i + 1].clone(),
                 subnet: format!("{base}/24"),
+                subnet6: v6.then(|| format!("{}/64", link_addrs6(i, nlinks).0)),
                 up: spec.direction(Direction::Up),
                 down: spec.direction(Direction::Down),
                 element_netns: topology
@@ -170,6 +214,7 @@ pub fn plan(topology: &Topology, lab_id: &str) -> Plan {
             // lan0 on link pos-1, this host is its right end and sends "down".
             let l = &links[pos - 1];
             let (_, left, right) = link_addrs(pos - 1, nlinks);
+            let (_, left6, right6) = link_addrs6(pos - 1, nlinks);
             let mtu = l.up.mtu.max(l.down.mtu);
             ifaces.push(IfacePlan {
                 name: "lan0".into(),
@@ -180,11 +225,15 @@ pub fn plan(topology: &Topology, lab_id: &str) -> Plan {
                 route_mtu: (l.down.mtu < mtu).then_some(l.down.mtu),
                 peer: names[pos - 1].clone(),
                 peer_addr: left,
+                addr6: v6.then_some(right6),
+                peer_addr6: v6.then_some(left6),
+                mtu6: (v6 && l.down.mtu6 < mtu).then_some(l.down.mtu6),
             });
         }
         if pos < nlinks {
             let l = &links[pos];
             let (_, left, right) = link_addrs(pos, nlinks);
+            let (_, left6, right6) = link_addrs6(pos, nlinks);
             let mtu = l.up.mtu.max(l.down.mtu);
             ifaces.push(IfacePlan {
                 name: "wan0".into(),
@@ -195,45 +244,85 @@ pub fn plan(topology: &Topology, lab_id: &str) -> Plan {
                 route_mtu: (l.up.mtu < mtu).then_some(l.up.mtu),
                 peer: names[pos + 1].clone(),
                 peer_addr: right,
+                addr6: v6.then_some(left6),
+                peer_addr6: v6.then_some(right6),
+                mtu6: (v6 && l.up.mtu6 < mtu).then_some(l.up.mtu6),
             });
         }
         let mut routes = Vec::new();
-        if let Some(wan) = ifaces.iter().find(|i| i.name == "wan0") {
-            routes.push(RoutePlan {
-                dest: "default".into(),
-                via: wan.peer_addr,
-                dev: "wan0".into(),
-                mtu: wan.route_mtu,
-            });
+        if topology.family.has_v4() {
+            routes.extend(routes_of(pos, &ifaces, &links, &is_nat, false));
         }
-        if pos >= 2 {
-            let lan = ifaces
-                .iter()
-                .find(|i| i.name == "lan0")
-                .expect("pos>0 has lan0");
-            // Subnet j (j < pos-1) is reachable leftwards while hosts j+1..pos-1 are all routers.
-            for j in (0..pos - 1).rev() {
-                if is_nat(j + 1) {
-                    break;
-                }
-                routes.push(RoutePlan {
-                    dest: links[j].subnet.clone(),
-                    via: lan.peer_addr,
-                    dev: "lan0".into(),
-                    mtu: lan.route_mtu,
-                });
-            }
+        if v6 {
+            routes.extend(routes_of(pos, &ifaces, &links, &is_nat66, true));
         }
         hosts.push(HostPlan {
             name: name.clone(),
             netns: format!("{lab_id}-{name}"),
             position: pos,
             is_nat: is_nat(pos),
+            is_nat66: is_nat66(pos),
             ifaces,
             routes,
         });
     }
-    Plan { hosts, links }
+    Plan {
+        family: topology.family,
+        hosts,
+        links,
+    }
+}
+
+/// The routes of the host at `pos` for one family: a default route upstream, and each subnet on
+/// the client side while no hop in between `hides` it (NAT for IPv4, NAT66 for IPv6).
+fn routes_of(
+    pos: usize,
+    ifaces: &[IfacePlan],
+    links: &[LinkPlan],
+    hides: &dyn Fn(usize) -> bool,
+    v6: bool,
+) -> Vec<RoutePlan> {
+    let via = |i: &IfacePlan| -> Option<IpAddr> {
+        if v6 {
+            i.peer_addr6.map(IpAddr::V6)
+        } else {
+            Some(IpAddr::V4(i.peer_addr))
+        }
+    };
+    // IPv6 route MTUs come from `net.ipv6.conf.IFACE.mtu` instead (see `IfacePlan::mtu6`).
+    let mtu = |i: &IfacePlan| if v6 { None } else { i.route_mtu };
+    let mut routes = Vec::new();
+    if let Some(wan) = ifaces.iter().find(|i| i.name == "wan0") {
+        if let Some(via) = via(wan) {
+            routes.push(RoutePlan {
+                dest: if v6 { "::/0" } else { "default" }.into(),
+                via,
+                dev: "wan0".into(),
+                mtu: mtu(wan),
+            });
+        }
+    }
+    let lan = ifaces.iter().find(|i| i.name == "lan0");
+    if let (true, Some(lan), Some(lan_via)) = (pos >= 2, lan, lan.and_then(via)) {
+        // Subnet j (j < pos-1) is reachable leftwards while hosts j+1..pos-1 hide nothing.
+        for j in (0..pos - 1).rev() {
+            if hides(j + 1) {
+                break;
+            }
+            let dest = if v6 {
+                links[j].subnet6.clone().unwrap_or_default()
+            } else {
+                links[j].subnet.clone()
+            };
+            routes.push(RoutePlan {
+                dest,
+                via: lan_via,
+                dev: "lan0".into(),
+                mtu: mtu(lan),
+            });
+        }
+    }
+    routes
 }
 
 #[cfg(test)]
@@ -247,7 +336,7 @@ mod tests {
         assert_eq!(p.namespaces(), ["pd-x-client", "pd-x-hop1", "pd-x-server"]);
         let c = p.host("client").unwrap();
         assert_eq!(c.primary_addr(), Ipv4Addr::new(192, 168, 1, 100));
-        assert_eq!(c.routes[0].via, Ipv4Addr::new(192, 168, 1, 1));
+        assert_eq!(c.routes[0].via, IpAddr::V4(Ipv4Addr::new(192, 168, 1, 1)));
         let s = p.host("server").unwrap();
         assert_eq!(s.primary_addr(), Ipv4Addr::new(203, 0, 113, 10));
         assert!(
@@ -280,6 +369,10 @@ mod tests {
             .routes
             .iter()
             .all(|r| r.dest == "default"));
+        assert!(p
+            .hosts
+            .iter()
+            .all(|h| h.ifaces.iter().all(|i| i.addr6.is_none())));
         assert_eq!(
             p.host("hop1").unwrap().iface("wan0").unwrap().addr,
             Ipv4Addr::new(100, 64, 1, 2)
@@ -321,5 +414,55 @@ mod tests {
             p.host("server").unwrap().primary_addr(),
             Ipv4Addr::new(203, 0, 113, 10)
         );
+    }
+
+    #[test]
+    fn dual_stack_mirrors_the_ipv4_plan_and_routes_through_an_rfc6092_firewall() {
+        let t = Topology::from_toml(
+            "family = \"dual\"\n[[hop]]\nkind = \"nat\"\n[[hop]]\n[[link]]\n[[link]]\nmtu6 = 1480\n",
+        )
+        .unwrap();
+        let p = plan(&t, "l");
+        let c = p.host("client").unwrap();
+        assert_eq!(c.primary_addr6(), Some("2001:db8:1::100".parse().unwrap()));
+        assert_eq!(
+            p.host("server").unwrap().primary_addr6(),
+            Some("2001:db8:113::10".parse().unwrap())
+        );
+        assert_eq!(
+            p.host("hop1").unwrap().iface("wan0").unwrap().addr6,
+            Some("2001:db8:64:1::2".parse().unwrap())
+        );
+        // The NAT44 hides 192.168.1.0/24; IPv6 routes reach the client's /64.
+        let dests: Vec<&str> = p
+            .host("server")
+            .unwrap()
+            .routes
+            .iter()
+            .map(|r| r.dest.as_str())
+            .collect();
+        assert_eq!(
+            dests,
+            ["100.64.1.0/24", "2001:db8:64:1::/64", "2001:db8:1::/64"]
+        );
+        // The v6-only MTU is set on both senders of link 1; IPv4 keeps 1500.
+        let hop1_wan = p.host("hop1").unwrap().iface("wan0").unwrap();
+        assert_eq!(
+            (hop1_wan.mtu, hop1_wan.mtu6, hop1_wan.route_mtu),
+            (1500, Some(1480), None)
+        );
+        assert_eq!(
+            p.host("hop2").unwrap().iface("lan0").unwrap().mtu6,
+            Some(1480)
+        );
+    }
+
+    #[test]
+    fn nat66_hides_the_client_prefix() {
+        let t = Topology::from_toml("family = \"dual\"\n[[hop]]\nkind = \"nat\"\nnat66 = true\n")
+            .unwrap();
+        let p = plan(&t, "l");
+        assert!(p.host("server").unwrap().routes.is_empty());
+        assert!(p.host("hop1").unwrap().is_nat66);
     }
 }

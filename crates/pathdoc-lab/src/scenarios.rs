@@ -207,6 +207,37 @@ rate = "10 Mbit/s"
 queue_ms = 500
 "#,
     },
+    ScenarioInfo {
+        name: "v6-ptb-blackhole",
+        summary: "dual stack: a 1480-byte IPv6 tunnel link, the server's firewall drops ICMPv6 Packet Too Big; IPv4 is healthy",
+        seed: "\"pages hang and ssh freezes after login — only over IPv6\": 6in4/6rd tunnels at 1480 B behind a firewall that filters ICMPv6 type 2",
+        toml: r#"
+description = "IPv6 crosses a 1480-byte tunnel-like link (IPv4 there is 1500); the server's firewall drops ICMPv6 Packet Too Big"
+family = "dual"
+[[hop]]
+kind = "nat"
+[[hop]]
+[server]
+filters = ["drop-icmpv6-packet-too-big"]
+[[link]]
+[[link]]
+mtu6 = 1480
+"#,
+    },
+    ScenarioInfo {
+        name: "v6-firewall-idle",
+        summary: "dual stack home router: NAT44 keeps idle TCP 600 s, its RFC 6092 IPv6 firewall forgets after 60 s",
+        seed: "IPv6 ssh sessions died while IPv4 ones survived: the home router's IPv6 firewall forgot idle TCP state sooner than its NAT44",
+        toml: r#"
+description = "home router: NAT44 keeps idle TCP 600 s; its IPv6 stateful firewall (RFC 6092, no NAT) forgets idle TCP after 60 s"
+family = "dual"
+[[hop]]
+kind = "nat"
+conntrack = { tcp_established = 600 }
+conntrack6 = { tcp_established = 60 }
+[[hop]]
+"#,
+    },
 ];
 
 /// Names of all built-in scenarios.
@@ -242,7 +273,7 @@ mod tests {
             assert_eq!(t.name.as_deref(), Some(s.name));
             assert!(t.description.is_some(), "{}", s.name);
         }
-        assert_eq!(names().len(), 12);
+        assert_eq!(names().len(), 14);
     }
 
     #[test]

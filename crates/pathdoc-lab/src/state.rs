@@ -1,7 +1,7 @@
 //! Lab state on disk (`/run/pathdoc/labs/<prefix><name>.json`) and teardown from it, so `down`
 //! and `status` work from another process and `down --all` removes orphans after a crash.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,11 @@ pub const DEFAULT_STATE_DIR: &str = "/run/pathdoc/labs";
 pub struct HostState {
     pub name: String,
     pub netns: String,
-    pub addr: Ipv4Addr,
+    /// The primary address: IPv4, or IPv6 in an IPv6-only lab.
+    pub addr: IpAddr,
+    /// The primary IPv6 address in a dual-stack lab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr6: Option<Ipv6Addr>,
     /// `name addr/len mtu N` for each interface.
     pub ifaces: Vec<String>,
 }

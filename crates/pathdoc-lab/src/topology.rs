@@ -49,6 +49,10 @@ pub struct Topology {
     /// One line on what this path reproduces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// Address families the lab carries: `v4` (the default, IPv6 switched off as before), `dual`
+    /// (every link also gets an IPv6 /64) or `v6` (IPv6 only).
+    #[serde(default, skip_serializing_if = "Family::is_v4")]
+    pub family: Family,
     #[serde(default)]
     pub client: HostSpec,
     #[serde(default, rename = "hop")]
@@ -88,6 +92,38 @@ pub struct HostSpec {
     pub nic_segments_at: Option<u16>,
 }
 
+/// The address families of a lab.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// IPv4 only; IPv6 is switched off in every namespace.
+    #[default]
+    V4,
+    /// IPv4 and IPv6 on every link.
+    Dual,
+    /// IPv6 only (no IPv4 addresses).
+    V6,
+}
+
+impl Family {
+    pub fn has_v4(self) -> bool {
+        self != Family::V6
+    }
+    pub fn has_v6(self) -> bool {
+        self != Family::V4
+    }
+    pub fn is_v4(&self) -> bool {
+        *self == Family::V4
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::V4 => "v4",
+            Family::Dual => "dual",
+            Family::V6 => "v6",
+        }
+    }
+}
+
 /// A hop: a router or a NAT, plus the host settings.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -101,6 +137,15 @@ pub struct HopSpec {
     /// NAT only: conntrack timeouts in seconds (kernel defaults where unset).
     #[serde(default)]
     pub conntrack: ConntrackTimeouts,
+    /// NAT only, IPv6 only: timeouts for IPv6 connections through the hop's stateful firewall
+    /// where they differ from `conntrack` (nftables `ct timeout` objects; `icmp` not supported).
+    /// The RFC 6092 home router whose IPv6 firewall forgets sooner than its NAT44.
+    #[serde(default, skip_serializing_if = "ConntrackTimeouts::is_empty")]
+    pub conntrack6: ConntrackTimeouts,
+    /// NAT only: also masquerade IPv6 (NAT66) out of `wan0`; without it the hop is an RFC 6092
+    /// stateful IPv6 firewall (established/related in, new from outside dropped), routes intact.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nat66: bool,
     #[serde(default)]
     pub sysctl: BTreeMap<String, SysctlValue>,
     #[serde(default)]
@@ -196,7 +241,64 @@ impl ConntrackTimeouts {
         out
     }
 
-    fn is_empty(&self) -> bool {
+    /// The nftables `ct timeout` policies these settings make for IPv6, `(protocol, policy)`:
+    /// `("tcp", "established: 3, close: 10")`.
+    pub fn nft_policies(&self) -> Vec<(&'static str, String)> {
+        let mut tcp = Vec::new();
+        if let Some(v) = self.tcp_established {
+            tcp.push(format!("established: {v}"));
+        }
+        if let Some(v) = self.tcp_transitory {
+            for s in [
+                "syn_sent",
+                "syn_recv",
+                "fin_wait",
+                "close_wait",
+                "last_ack",
+                "time_wait",
+            ] {
+                tcp.push(format!("{s}: {v}"));
+            }
+        }
+        if let Some(v) = self.tcp_close {
+            tcp.push(format!("close: {v}"));
+        }
+        let mut udp = Vec::new();
+        if let Some(v) = self.udp {
+            udp.push(format!("unreplied: {v}"));
+        }
+        if let Some(v) = self.udp_stream {
+            udp.push(format!("replied: {v}"));
+        }
+        let mut out = Vec::new();
+        if !tcp.is_empty() {
+            out.push(("tcp", tcp.join(", ")));
+        }
+        if !udp.is_empty() {
+            out.push(("udp", udp.join(", ")));
+        }
+        out
+    }
+
+    /// The settings as text: `tcp established 60 s, udp 30 s`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        for (what, v) in [
+            ("tcp established", self.tcp_established),
+            ("tcp transitory", self.tcp_transitory),
+            ("tcp close", self.tcp_close),
+            ("udp", self.udp),
+            ("udp stream", self.udp_stream),
+            ("icmp", self.icmp),
+        ] {
+            if let Some(v) = v {
+                parts.push(format!("{what} {v} s"));
+            }
+        }
+        parts.join(", ")
+    }
+
+    pub fn is_empty(&self) -> bool {
         self.sysctls().is_empty()
     }
 }
@@ -231,12 +333,17 @@ pub enum Filter {
     /// Drop ICMP "fragmentation needed" (type 3 code 4) in input, forward and output: the
     /// over-eager firewall that turns a smaller MTU into a PMTU black hole (seed 003).
     DropIcmpFragNeeded,
+    /// Drop ICMPv6 "Packet Too Big" (type 2) in input, forward and output: IPv6 routers never
+    /// fragment, so this turns any smaller link (a 6in4 tunnel at 1480) into a black hole.
+    #[serde(rename = "drop-icmpv6-packet-too-big")]
+    DropIcmpv6PacketTooBig,
 }
 
 impl Filter {
     pub fn as_str(&self) -> &'static str {
         match self {
             Filter::DropIcmpFragNeeded => "drop-icmp-frag-needed",
+            Filter::DropIcmpv6PacketTooBig => "drop-icmpv6-packet-too-big",
         }
     }
 }
@@ -248,6 +355,10 @@ impl Filter {
 pub struct LinkSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,
+    /// IPv6-only MTU (1280 .. `mtu`): a tunnel that carries IPv6 only (6in4 at 1480) on a link
+    /// whose IPv4 MTU is `mtu`. Set as `net.ipv6.conf.IFACE.mtu` on the sending interface.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu6: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<Rate>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -274,6 +385,8 @@ pub struct LinkSpec {
 pub struct DirectionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu6: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<Rate>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -335,6 +448,8 @@ impl Direction {
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct DirectionSettings {
     pub mtu: u32,
+    /// IPv6 MTU of this direction (the `mtu` unless `mtu6` lowers it).
+    pub mtu6: u32,
     pub rate: Option<Rate>,
     pub delay_ms: f64,
     pub jitter_ms: f64,
@@ -362,8 +477,10 @@ impl LinkSpec {
             Direction::Up => &self.up,
             Direction::Down => &self.down,
         };
+        let mtu = d.mtu.or(self.mtu).unwrap_or(DEFAULT_MTU);
         DirectionSettings {
-            mtu: d.mtu.or(self.mtu).unwrap_or(DEFAULT_MTU),
+            mtu,
+            mtu6: d.mtu6.or(self.mtu6).unwrap_or(mtu),
             rate: d.rate.or(self.rate),
             delay_ms: d.delay_ms.or(self.delay_ms).unwrap_or(0.0),
             jitter_ms: d.jitter_ms.or(self.jitter_ms).unwrap_or(0.0),
@@ -658,6 +775,17 @@ impl Topology {
                         ));
                     }
                 }
+                self.validate_hop_v6(name, hop)?;
+            }
+            if spec.sshd && !self.family.has_v4() {
+                return bad(format!(
+                    "{name}: sshd needs IPv4 (family = \"v4\" or \"dual\")"
+                ));
+            }
+            if spec.filters.contains(&Filter::DropIcmpv6PacketTooBig) && !self.family.has_v6() {
+                return bad(format!(
+                    "{name}: filter drop-icmpv6-packet-too-big needs family = \"dual\" or \"v6\""
+                ));
             }
         }
         self.validate_nic_segments()?;
@@ -670,6 +798,7 @@ impl Topology {
                 if !(576..=9000).contains(&d.mtu) {
                     return bad(format!("{at}: mtu {} out of range (576..9000)", d.mtu));
                 }
+                self.validate_mtu6(&at, &d)?;
                 if let Some(r) = d.rate {
                     if r.bits_per_second < 8_000 || r.bits_per_second > 100_000_000_000 {
                         return bad(format!(
@@ -737,6 +866,52 @@ impl Topology {
         Ok(())
     }
 
+    /// The IPv6 keys of a hop: NAT only, and only in a lab that carries IPv6.
+    fn validate_hop_v6(&self, name: &str, hop: &HopSpec) -> Result<(), LabError> {
+        let bad = |msg: String| Err(LabError::Topology(msg));
+        let v6_keys = hop.nat66 || !hop.conntrack6.is_empty();
+        if v6_keys && hop.kind == HopKind::Router {
+            return bad(format!(
+                "{name}: `nat66` and `conntrack6` only apply to kind = \"nat\""
+            ));
+        }
+        if v6_keys && !self.family.has_v6() {
+            return bad(format!(
+                "{name}: `nat66` and `conntrack6` need family = \"dual\" or \"v6\""
+            ));
+        }
+        if hop.conntrack6.icmp.is_some() {
+            return bad(format!(
+                "{name}: conntrack6.icmp is not supported (ICMPv6 uses `conntrack.icmp`)"
+            ));
+        }
+        for (key, secs) in hop.conntrack6.sysctls() {
+            if secs == 0 || secs > 10 * 24 * 3600 {
+                let key = key.replace("net.netfilter.nf_conntrack_", "conntrack6.");
+                return bad(format!(
+                    "{name}: {key} = {secs} s is out of range (1 s .. 10 days)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// IPv6 needs 1280 bytes on every link (RFC 8200 §5); `mtu6` only lowers the MTU.
+    fn validate_mtu6(&self, at: &str, d: &DirectionSettings) -> Result<(), LabError> {
+        if d.mtu6 != d.mtu && !self.family.has_v6() {
+            return Err(LabError::Topology(format!(
+                "{at}: mtu6 needs family = \"dual\" or \"v6\""
+            )));
+        }
+        if self.family.has_v6() && !(1280..=d.mtu).contains(&d.mtu6) {
+            return Err(LabError::Topology(format!(
+                "{at}: IPv6 MTU {} out of range (1280 .. the link's MTU {}; RFC 8200 §5 needs 1280)",
+                d.mtu6, d.mtu
+            )));
+        }
+        Ok(())
+    }
+
     /// A fixed-size NIC must fit the host's own link (its frames could not leave otherwise).
     fn validate_nic_segments(&self) -> Result<(), LabError> {
         let last = self.link_count() - 1;
@@ -771,28 +946,21 @@ impl Topology {
                             ""
                         }
                     );
-                    let t = hop.conntrack;
-                    let mut parts = Vec::new();
-                    if let Some(v) = t.tcp_established {
-                        parts.push(format!("tcp established {v} s"));
+                    if !hop.conntrack.is_empty() {
+                        s.push_str(&format!(
+                            "; conntrack timeouts: {}",
+                            hop.conntrack.describe()
+                        ));
                     }
-                    if let Some(v) = t.tcp_transitory {
-                        parts.push(format!("tcp transitory {v} s"));
-                    }
-                    if let Some(v) = t.tcp_close {
-                        parts.push(format!("tcp close {v} s"));
-                    }
-                    if let Some(v) = t.udp {
-                        parts.push(format!("udp {v} s"));
-                    }
-                    if let Some(v) = t.udp_stream {
-                        parts.push(format!("udp stream {v} s"));
-                    }
-                    if let Some(v) = t.icmp {
-                        parts.push(format!("icmp {v} s"));
-                    }
-                    if !parts.is_empty() {
-                        s.push_str(&format!("; conntrack timeouts: {}", parts.join(", ")));
+                    if self.family.has_v6() {
+                        s.push_str(if hop.nat66 {
+                            "; IPv6: NAT66 (masquerade)"
+                        } else {
+                            "; IPv6: stateful firewall (RFC 6092), no NAT"
+                        });
+                        if !hop.conntrack6.is_empty() {
+                            s.push_str(&format!(", IPv6 timeouts: {}", hop.conntrack6.describe()));
+                        }
                     }
                     out.push(s);
                 }
@@ -830,6 +998,9 @@ impl Topology {
                 let mut parts = Vec::new();
                 if d.mtu != DEFAULT_MTU {
                     parts.push(format!("MTU {} bytes", d.mtu));
+                }
+                if d.mtu6 != d.mtu {
+                    parts.push(format!("IPv6 MTU {} bytes", d.mtu6));
                 }
                 if let Some(r) = d.rate {
                     parts.push(format!("rate {r}"));
@@ -1082,5 +1253,26 @@ burst_loss = { every_packets = 100, burst_packets = 3 }
         assert!(err("[[hop]\n").contains("TOML") || !err("[[hop]\n").is_empty());
         let many = "[[hop]]\n".repeat(MAX_HOPS + 1);
         assert!(err(&many).contains("at most"));
+    }
+
+    #[test]
+    fn ipv6_keys_need_an_ipv6_lab_and_sane_values() {
+        let err = |t: &str| Topology::from_toml(t).unwrap_err().to_string();
+        assert!(err("[[link]]\nmtu6 = 1480\n").contains("mtu6 needs family"));
+        assert!(err("family = \"dual\"\n[[link]]\nmtu6 = 1200\n").contains("1280"));
+        assert!(err("family = \"dual\"\n[[link]]\nmtu = 1000\n").contains("1280"));
+        assert!(err("family = \"dual\"\n[[hop]]\nnat66 = true\n").contains("kind = \"nat\""));
+        assert!(err("[[hop]]\nkind = \"nat\"\nnat66 = true\n").contains("need family"));
+        assert!(
+            err("[server]\nfilters = [\"drop-icmpv6-packet-too-big\"]\n").contains("needs family")
+        );
+        assert!(err("family = \"v6\"\n[server]\nsshd = true\n").contains("needs IPv4"));
+        let t = Topology::from_toml(
+            "family = \"dual\"\n[[hop]]\nkind = \"nat\"\nconntrack6 = { tcp_established = 3 }\n[[link]]\nmtu6 = 1480\n",
+        )
+        .unwrap();
+        assert_eq!(t.link(0).direction(Direction::Up).mtu6, 1480);
+        assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t);
+        assert_eq!(Topology::default().family, Family::V4);
     }
 }

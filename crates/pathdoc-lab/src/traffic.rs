@@ -197,6 +197,14 @@ pub fn iperf3(
     }
 }
 
+/// The wildcard address of `addr`'s family (a listener for it).
+fn any_of(addr: std::net::IpAddr) -> std::net::IpAddr {
+    match addr {
+        std::net::IpAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+        std::net::IpAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+    }
+}
+
 /// Outcome of a bulk TCP transfer from the server host to the client host.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TransferOutcome {
@@ -209,10 +217,21 @@ pub struct TransferOutcome {
 /// The server host sends `bytes` to the client host over a fresh TCP connection; the client reads
 /// until it has them all or `deadline` passes (a stall is an outcome, not an error).
 pub fn download(lab: &Lab, bytes: u64, deadline: Duration) -> Result<TransferOutcome, LabError> {
+    download_in(lab, lab.addr("server"), bytes, deadline)
+}
+
+/// [`download`] to the server's address `server` (pick the family with [`Lab::addr_in`]).
+pub fn download_in(
+    lab: &Lab,
+    server: std::net::IpAddr,
+    bytes: u64,
+    deadline: Duration,
+) -> Result<TransferOutcome, LabError> {
     let port = next_port();
     let server_ns = lab.netns("server").to_string();
+    let any = any_of(server);
     let listener: TcpListener =
-        pathdoc_sys::netns::run_in_netns(&server_ns, || TcpListener::bind(("0.0.0.0", port)))?
+        pathdoc_sys::netns::run_in_netns(&server_ns, || TcpListener::bind((any, port)))?
             .map_err(|e| LabError::io(format!("listening on port {port} in {server_ns}"), e))?;
     let sender = std::thread::spawn(move || -> std::io::Result<()> {
         listener.set_nonblocking(false)?;
@@ -227,7 +246,7 @@ pub fn download(lab: &Lab, bytes: u64, deadline: Duration) -> Result<TransferOut
         }
         Ok(())
     });
-    let addr = SocketAddr::new(lab.addr("server"), port);
+    let addr = SocketAddr::new(server, port);
     let client_ns = lab.netns("client").to_string();
     let mut stream = pathdoc_sys::netns::run_in_netns(&client_ns, || {
         TcpStream::connect_timeout(&addr, Duration::from_secs(3))
@@ -281,12 +300,18 @@ pub struct TcpPair {
 impl TcpPair {
     /// Connect client → server on a fresh port.
     pub fn open(lab: &Lab) -> Result<TcpPair, LabError> {
+        TcpPair::open_to(lab, lab.addr("server"))
+    }
+
+    /// Connect client → `server` (one of the server host's addresses, in either family).
+    pub fn open_to(lab: &Lab, server: std::net::IpAddr) -> Result<TcpPair, LabError> {
         let port = next_port();
         let server_ns = lab.netns("server").to_string();
+        let any = any_of(server);
         let listener: TcpListener =
-            pathdoc_sys::netns::run_in_netns(&server_ns, || TcpListener::bind(("0.0.0.0", port)))?
+            pathdoc_sys::netns::run_in_netns(&server_ns, || TcpListener::bind((any, port)))?
                 .map_err(|e| LabError::io(format!("listening on port {port} in {server_ns}"), e))?;
-        let addr = SocketAddr::new(lab.addr("server"), port);
+        let addr = SocketAddr::new(server, port);
         let client = pathdoc_sys::netns::run_in_netns(lab.netns("client"), || {
             TcpStream::connect_timeout(&addr, Duration::from_secs(3))
         })?

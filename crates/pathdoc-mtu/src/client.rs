@@ -64,6 +64,9 @@ impl MtuOptions {
     }
 }
 
+/// Every IPv6 link carries 1280-byte packets (RFC 8200 §5).
+pub const IPV6_MIN_MTU: u16 = 1280;
+
 impl Default for MtuOptions {
     fn default() -> Self {
         MtuOptions {
@@ -318,6 +321,16 @@ struct UpSender {
 }
 
 impl<'a> MtuRun<'a> {
+    /// The smallest probe: the option, but never below IPv6's 1280 B minimum link MTU (RFC 8200
+    /// §5) on an IPv6 path, where a smaller size says nothing about the path.
+    fn min_size(&self) -> u16 {
+        if self.data.ipv6 {
+            self.opts.min_size.max(IPV6_MIN_MTU)
+        } else {
+            self.opts.min_size
+        }
+    }
+
     async fn connect(
         server: SocketAddr,
         token: Option<String>,
@@ -408,7 +421,7 @@ impl<'a> MtuRun<'a> {
         // Not capped at the server's route MTU: that may be a PMTU the kernel cached from an
         // earlier too-big, and the point is to measure the path afresh. Probe sockets ignore the
         // cache; sizes above the interface MTU come back as EMSGSIZE and cap the search.
-        let mut search = Search::new(self.opts.min_size, self.opts.max_size);
+        let mut search = Search::new(self.min_size(), self.opts.max_size);
         let mut icmp = Vec::new();
         for _ in 0..self.opts.rounds {
             let sizes = search.next_sizes(8);
@@ -473,7 +486,7 @@ impl<'a> MtuRun<'a> {
             round: 0,
             next_id: 0,
         };
-        let mut search = Search::new(self.opts.min_size, self.opts.max_size);
+        let mut search = Search::new(self.min_size(), self.opts.max_size);
         let mut icmp = Vec::new();
         for _ in 0..self.opts.rounds {
             let sizes = search.next_sizes(8);
@@ -551,6 +564,7 @@ impl<'a> MtuRun<'a> {
 
     /// TTL-limited probes one byte above the client→server MTU (and small ones for comparison).
     async fn locate_up(&mut self) -> Result<(), MtuError> {
+        let floor = self.min_size();
         let (Some(d), Some(up)) = (
             self.data.up.as_mut().filter(|d| d.outcome.has_drop()),
             self.up.as_mut(),
@@ -560,8 +574,8 @@ impl<'a> MtuRun<'a> {
         self.progress
             .status("mtu: locating the client→server MTU drop");
         let max_ttl = self.opts.max_ttl;
-        let mtu = d.outcome.mtu().unwrap_or(self.opts.min_size);
-        let (big, small) = (mtu.saturating_add(1), mtu.min(576));
+        let mtu = d.outcome.mtu().unwrap_or(floor);
+        let (big, small) = (mtu.saturating_add(1), mtu.min(floor.max(576)));
         let mut sent: Vec<(u32, u8, bool)> = Vec::new();
         let _ = pmtu::drain_error_queue(&up.sock);
         up.round += 1;
@@ -598,14 +612,15 @@ impl<'a> MtuRun<'a> {
 
     /// The same from the server's side: it sends the TTL-limited probes and reads its error queue.
     async fn locate_down(&mut self) -> Result<(), MtuError> {
+        let floor = self.min_size();
         let Some(d) = self.data.down.as_mut().filter(|d| d.outcome.has_drop()) else {
             return Ok(());
         };
         self.progress
             .status("mtu: locating the server→client MTU drop");
         let max_ttl = self.opts.max_ttl;
-        let mtu = d.outcome.mtu().unwrap_or(self.opts.min_size);
-        let (big, small) = (mtu.saturating_add(1), mtu.min(576));
+        let mtu = d.outcome.mtu().unwrap_or(floor);
+        let (big, small) = (mtu.saturating_add(1), mtu.min(floor.max(576)));
         let probes: Vec<ProbeSpec> = (1..=max_ttl)
             .flat_map(|ttl| {
                 [

@@ -251,7 +251,25 @@ fn where_text(dir: Direction, loc: &Option<Location>) -> String {
     }
 }
 
-fn probe_evidence(d: &DirectionData) -> Evidence {
+/// The socket option that queues ICMP errors: `IP_RECVERR` or `IPV6_RECVERR`.
+fn recverr(ipv6: bool) -> &'static str {
+    if ipv6 {
+        "IPV6_RECVERR"
+    } else {
+        "IP_RECVERR"
+    }
+}
+
+/// The ICMP message PMTUD needs, by family: IPv4's frag-needed or ICMPv6 Packet Too Big.
+fn too_big_name(ipv6: bool) -> &'static str {
+    if ipv6 {
+        "ICMPv6 \"Packet Too Big\""
+    } else {
+        "ICMP \"fragmentation needed\""
+    }
+}
+
+fn probe_evidence(d: &DirectionData, ipv6: bool) -> Evidence {
     let table: Vec<String> = d
         .probes
         .iter()
@@ -261,7 +279,11 @@ fn probe_evidence(d: &DirectionData) -> Evidence {
         format!("{} DF probes (size arrived/sent)", d.direction.label()),
         Quantity::Text(table.join(", ")),
     )
-    .with_detail("UDP with IP_PMTUDISC_PROBE; sizes are whole IP datagrams")
+    .with_detail(if ipv6 {
+        "UDP with IPV6_PMTUDISC_PROBE (DF is implicit: IPv6 routers never fragment); sizes are whole IP datagrams, from the IPv6 minimum of 1280 B"
+    } else {
+        "UDP with IP_PMTUDISC_PROBE; sizes are whole IP datagrams"
+    })
 }
 
 /// Whether the TCP segments of one data direction fit its path MTU, and why.
@@ -478,23 +500,16 @@ fn remedies(
             .unwrap_or_else(|| "CLIENT_ADDR".into()),
         Direction::ClientToServer => ip_of(&data.server),
     };
-    let mut r = vec![
-        Remedy::new(format!("Let ICMP \"fragmentation needed\" (type 3 code 4) reach the {who}; check every firewall in front of it too"))
-            .on(on.clone())
-            .with_command("nft insert rule inet filter input icmp type destination-unreachable icmp code frag-needed accept"),
-        Remedy::new("The same with iptables")
-            .on(on.clone())
-            .with_command("iptables -I INPUT -p icmp --icmp-type fragmentation-needed -j ACCEPT"),
-        Remedy::new("IPv6 needs Packet Too Big (RFC 4890 says never filter it)")
-            .on(on.clone())
-            .with_command("nft insert rule inet filter input icmpv6 type packet-too-big accept"),
-        Remedy::new(format!("Let the {who}'s TCP find the MTU without ICMP after a black-hole timeout (RFC 4821); persist it in /etc/sysctl.d"))
+    let ip = if data.ipv6 { "ip -6" } else { "ip" };
+    let mut r = icmp_remedies(who, &on, data.ipv6);
+    r.extend([
+        Remedy::new(format!("Let the {who}'s TCP find the MTU without ICMP after a black-hole timeout (RFC 4821; the net.ipv4 sysctl governs IPv6 TCP too); persist it in /etc/sysctl.d"))
             .on(on.clone())
             .with_command("sysctl -w net.ipv4.tcp_mtu_probing=1"),
         Remedy::new(format!("Hotfix for every protocol: lock the path MTU towards the peer (replace GATEWAY with the {who}'s next hop)"))
             .on(on.clone())
-            .with_command(format!("ip route add {peer} via GATEWAY mtu lock {mtu}")),
-    ];
+            .with_command(format!("{ip} route add {peer} via GATEWAY mtu lock {mtu}")),
+    ]);
     let clamp_seen = governing(data, dir).is_some_and(|c| c.rewritten == Some(true));
     if !clamp_seen {
         let router = Host::Router {
@@ -519,7 +534,7 @@ fn remedies(
         r.push(
             Remedy::new("Workaround for downloads: ask the server for smaller segments by advertising a smaller MSS on the route to it")
                 .on(Host::Client)
-                .with_command(format!("ip route add {} via GATEWAY advmss {mss}", ip_of(&data.server))),
+                .with_command(format!("{ip} route add {} via GATEWAY advmss {mss}", ip_of(&data.server))),
         );
     }
     if !protected {
@@ -530,6 +545,37 @@ fn remedies(
         );
     }
     r
+}
+
+/// Letting the too-big message through on the sender, in the path's own family first.
+fn icmp_remedies(who: &str, on: &Host, ipv6: bool) -> Vec<Remedy> {
+    let v4 = [
+        Remedy::new(format!("Let ICMP \"fragmentation needed\" (type 3 code 4) reach the {who}; check every firewall in front of it too"))
+            .on(on.clone())
+            .with_command("nft insert rule inet filter input icmp type destination-unreachable icmp code frag-needed accept"),
+        Remedy::new("The same with iptables")
+            .on(on.clone())
+            .with_command("iptables -I INPUT -p icmp --icmp-type fragmentation-needed -j ACCEPT"),
+    ];
+    if !ipv6 {
+        let mut r = v4.to_vec();
+        r.push(
+            Remedy::new("IPv6 needs Packet Too Big (RFC 4890 says never filter it)")
+                .on(on.clone())
+                .with_command(
+                    "nft insert rule inet filter input icmpv6 type packet-too-big accept",
+                ),
+        );
+        return r;
+    }
+    vec![
+        Remedy::new(format!("Let ICMPv6 \"Packet Too Big\" (type 2) reach the {who}: IPv6 routers never fragment, so without it every bigger packet is lost (RFC 4890 §4.3.1: never filter it); check every firewall in front of it too"))
+            .on(on.clone())
+            .with_command("nft insert rule inet filter input icmpv6 type packet-too-big accept"),
+        Remedy::new("The same with ip6tables")
+            .on(on.clone())
+            .with_command("ip6tables -I INPUT -p icmpv6 --icmpv6-type packet-too-big -j ACCEPT"),
+    ]
 }
 
 fn direction_findings(d: &DirectionData, data: &MtuData) -> Vec<Finding> {
@@ -576,7 +622,7 @@ fn direction_verdict(d: &DirectionData, data: &MtuData) -> Vec<Finding> {
                     d.probes.iter().map(|p| p.size).min().unwrap_or(0),
                     dir.receiver()
                 ))
-                .evidence(probe_evidence(d)),
+                .evidence(probe_evidence(d, data.ipv6)),
         ),
         Outcome::Clean { mtu, cap } => {
             let (title, summary, detail) = match cap {
@@ -600,7 +646,7 @@ fn direction_verdict(d: &DirectionData, data: &MtuData) -> Vec<Finding> {
                 finding("path-mtu", Status::Pass, title)
                     .summary(summary)
                     .evidence(mtu_evidence(*mtu).with_detail(detail))
-                    .evidence(probe_evidence(d)),
+                    .evidence(probe_evidence(d, data.ipv6)),
             );
         }
         Outcome::Signalled { mtu, ptb_mtu, ptb_from } => {
@@ -614,8 +660,8 @@ fn direction_verdict(d: &DirectionData, data: &MtuData) -> Vec<Finding> {
                     ))
                     .requirement("RFC 1191 / RFC 8201: a router that cannot forward a DF packet sends ICMP too-big with its next-hop MTU")
                     .evidence(mtu_evidence(*mtu))
-                    .evidence(Evidence::new("ICMP too-big next-hop MTU", Quantity::Bytes(u64::from(*ptb_mtu))).with_detail(format!("from {from}, read from the {}'s socket error queue (IP_RECVERR)", dir.sender())))
-                    .evidence(probe_evidence(d)),
+                    .evidence(Evidence::new("ICMP too-big next-hop MTU", Quantity::Bytes(u64::from(*ptb_mtu))).with_detail(format!("from {from}, read from the {}'s socket error queue ({})", dir.sender(), recverr(data.ipv6))))
+                    .evidence(probe_evidence(d, data.ipv6)),
             );
         }
         Outcome::BlackHole { mtu, smallest_lost } => {
@@ -633,16 +679,17 @@ fn direction_verdict(d: &DirectionData, data: &MtuData) -> Vec<Finding> {
             };
             let mut f = finding("pmtud-black-hole", status, title)
                 .summary(format!(
-                    "DF probes up to {mtu} B arrive, {smallest_lost} B and larger are lost {}, and the {} never received an ICMP \"fragmentation needed\". {}",
+                    "DF probes up to {mtu} B arrive, {smallest_lost} B and larger are lost {}, and the {} never received an {}. {}",
                     where_text(dir, &d.location),
                     dir.sender(),
+                    too_big_name(data.ipv6),
                     story.sentence
                 ))
                 .requirement("RFC 1191 / RFC 8201 PMTUD needs ICMP too-big to reach the sender; RFC 4890 says never filter it")
                 .evidence(mtu_evidence(*mtu))
                 .evidence(Evidence::new("smallest size lost", Quantity::Bytes(u64::from(*smallest_lost))))
-                .evidence(Evidence::new(format!("ICMP too-big seen by the {}", dir.sender()), Quantity::Count(0)).with_detail("socket error queue (IP_RECVERR) after every probe round"))
-                .evidence(probe_evidence(d));
+                .evidence(Evidence::new(format!("ICMP too-big seen by the {}", dir.sender()), Quantity::Count(0)).with_detail(format!("socket error queue ({}) after every probe round", recverr(data.ipv6))))
+                .evidence(probe_evidence(d, data.ipv6));
             if let Some(loc) = &d.location {
                 f = f.evidence(Evidence::new("where the MTU drops", Quantity::Text(where_text(dir, &Some(loc.clone())))));
             }
@@ -669,7 +716,7 @@ fn direction_verdict(d: &DirectionData, data: &MtuData) -> Vec<Finding> {
                 ))
                 .evidence(mtu_evidence(*mtu))
                 .evidence(Evidence::new("ICMP too-big next-hop MTU", Quantity::Bytes(u64::from(*ptb_mtu))))
-                .evidence(probe_evidence(d))
+                .evidence(probe_evidence(d, data.ipv6))
                 .remedies(remedies(dir, *mtu, d, data, story.protected)),
             );
         }

@@ -164,6 +164,41 @@ pub fn set_ttl(sock: &UdpSocket, ttl: u8) -> io::Result<()> {
     }
 }
 
+/// The TTL (IPv4) or unicast hop limit (IPv6) of any socket — TCP included — by the family of
+/// its own address. On an IPv6 socket `IP_TTL` is accepted but only applies to IPv4-mapped
+/// traffic, so a hop-limited keepalive needs `IPV6_UNICAST_HOPS`.
+pub fn hop_limit(sock: &impl AsRawFd) -> io::Result<u32> {
+    let fd = sock.as_raw_fd();
+    let value = if socket_is_v6(fd)? {
+        getsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_UNICAST_HOPS)?
+    } else {
+        getsockopt_int(fd, libc::IPPROTO_IP, libc::IP_TTL)?
+    };
+    Ok(u32::try_from(value).unwrap_or(64))
+}
+
+/// Set what [`hop_limit`] reads.
+pub fn set_hop_limit(sock: &impl AsRawFd, hops: u32) -> io::Result<()> {
+    let fd = sock.as_raw_fd();
+    let value = libc::c_int::try_from(hops.min(255)).unwrap_or(255);
+    if socket_is_v6(fd)? {
+        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_UNICAST_HOPS, value)
+    } else {
+        setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_TTL, value)
+    }
+}
+
+/// Whether the socket is AF_INET6 and not talking to an IPv4-mapped peer.
+fn socket_is_v6(fd: RawFd) -> io::Result<bool> {
+    // SAFETY: the fd is borrowed from a live socket for the duration of the call.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let local = socket2::SockRef::from(&borrowed).local_addr()?;
+    Ok(match local.as_socket() {
+        Some(SocketAddr::V6(v6)) => !is_v4_mapped(IpAddr::V6(*v6.ip())),
+        _ => false,
+    })
+}
+
 /// The MTU of the route of a *connected* socket (`IP_MTU`): the path MTU the kernel knows,
 /// which is the interface MTU until an ICMP too-big taught it otherwise.
 pub fn route_mtu(sock: &UdpSocket) -> io::Result<u32> {
@@ -338,5 +373,25 @@ mod tests {
     fn overhead_by_family() {
         assert_eq!(udp_overhead(&"192.0.2.1:1".parse().unwrap()), 28);
         assert_eq!(udp_overhead(&"[2001:db8::1]:1".parse().unwrap()), 48);
+    }
+
+    #[test]
+    fn hop_limit_follows_the_socket_family() {
+        for bind in ["127.0.0.1:0", "[::1]:0"] {
+            let Ok(sock) = UdpSocket::bind(bind) else {
+                continue; // no IPv6 on this machine
+            };
+            set_hop_limit(&sock, 3).unwrap();
+            assert_eq!(hop_limit(&sock).unwrap(), 3, "{bind}");
+        }
+        let v6 = std::net::TcpListener::bind("[::1]:0");
+        if let Ok(l) = v6 {
+            set_hop_limit(&l, 2).unwrap();
+            let fd = l.as_raw_fd();
+            assert_eq!(
+                getsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_UNICAST_HOPS).unwrap(),
+                2
+            );
+        }
     }
 }

@@ -25,7 +25,16 @@ pub fn check_args(scenario: &str) -> Option<&'static [&'static str]> {
             "1s",
             "--idle-no-udp",
         ],
-        "pmtu-blackhole" | "nic-ignores-mtu" => &["--mtu"],
+        "pmtu-blackhole" | "nic-ignores-mtu" | "v6-ptb-blackhole" => &["--mtu"],
+        // Past the NAT44's demo timeout (8 s), so both families' timeouts are measured.
+        "v6-firewall-idle" => &[
+            "--idle",
+            "--idle-max",
+            "12s",
+            "--idle-resolution",
+            "1s",
+            "--idle-no-udp",
+        ],
         "lossy-long-fat" => &[
             "--throughput",
             "--throughput-time",
@@ -103,6 +112,9 @@ pub fn run(lab: &Lab, say: Say, scenario: &str) -> Result<(), LabError> {
     let Some(args) = check_args(scenario) else {
         return Ok(());
     };
+    if scenario.starts_with("v6-") {
+        return run_both_families(lab, say, args);
+    }
     let html = report_file(scenario);
     let mut full: Vec<&str> = args.to_vec();
     let html_arg = html.as_ref().map(|p| p.to_string_lossy().into_owned());
@@ -127,6 +139,27 @@ pub fn run(lab: &Lab, say: Say, scenario: &str) -> Result<(), LabError> {
     Ok(())
 }
 
+/// The IPv6 scenarios: the same check once over IPv4 and once over IPv6, one report each, so
+/// the family that fails stands next to the one that does not.
+fn run_both_families(lab: &Lab, say: Say, args: &[&str]) -> Result<(), LabError> {
+    for v6 in [false, true] {
+        let Some(server) = lab.addr_in("server", v6) else {
+            continue;
+        };
+        let report = run_check_in(lab, server, args, Duration::from_secs(120))?;
+        say(format!(
+            "pathdoc check {} {} (over {}):",
+            report.target,
+            args.join(" "),
+            if v6 { "IPv6" } else { "IPv4" }
+        ));
+        for line in output::render_compact(&report) {
+            say(format!("  {line}"));
+        }
+    }
+    Ok(())
+}
+
 /// The one scenario whose check also writes an HTML report (`--report`), and where: the idle
 /// ladder against the RFC 5382 line is the picture seed 000's author needed for the ISP.
 fn report_file(scenario: &str) -> Option<std::path::PathBuf> {
@@ -137,16 +170,32 @@ fn report_file(scenario: &str) -> Option<std::path::PathBuf> {
 /// Start `pathdoc server` in the lab's server, wait until it accepts, run `pathdoc check` with
 /// `args` in the client and parse its JSON report. The server is stopped when this returns.
 pub fn run_check(lab: &Lab, args: &[&str], deadline: Duration) -> Result<Report, LabError> {
+    run_check_in(lab, lab.addr("server"), args, deadline)
+}
+
+/// [`run_check`] against one of the server's addresses (either family); the server listens on
+/// that family's wildcard address.
+pub fn run_check_in(
+    lab: &Lab,
+    server_ip: std::net::IpAddr,
+    args: &[&str],
+    deadline: Duration,
+) -> Result<Report, LabError> {
     let exe = std::env::current_exe()
         .map_err(|e| LabError::Measurement(format!("cannot find the pathdoc binary: {e}")))?;
     let port = pathdoc_proto::DEFAULT_PORT;
+    let listen = if server_ip.is_ipv6() {
+        format!("[::]:{port}")
+    } else {
+        format!("0.0.0.0:{port}")
+    };
     let mut server = lab.command("server", &exe);
     server
-        .args(["server", "--listen", &format!("0.0.0.0:{port}")])
+        .args(["server", "--listen", &listen])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     let _server = lab.spawn("server", server)?;
-    let addr = SocketAddr::new(lab.addr("server"), port);
+    let addr = SocketAddr::new(server_ip, port);
     wait_until_listening(lab, addr, Duration::from_secs(10))?;
 
     let mut check = lab.command("client", &exe);

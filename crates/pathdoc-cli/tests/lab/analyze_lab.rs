@@ -323,6 +323,25 @@ fn record(lab: &Lab, scenario: &str, dir: &Scratch) -> Vec<PathBuf> {
         "bloated-uplink" => {
             traffic::iperf3(lab, "client", "server", 2, false, &["-C", "cubic"]).unwrap();
         }
+        // IPv6 captures: a download that stalls at the 1480-byte link (its retransmissions) and
+        // a small one that passes.
+        "v6-ptb-blackhole" => {
+            let v6 = lab.addr_in("server", true).expect("dual-stack lab");
+            let _ = traffic::download_in(lab, v6, 1 << 20, Duration::from_secs(4)).unwrap();
+            let _ = traffic::download_in(lab, v6, 1000, Duration::from_secs(2)).unwrap();
+        }
+        // A healthy IPv6 download, then an IPv6 connection idle past the firewall's (scaled)
+        // timeout whose next segment is retransmitted into the void.
+        "v6-firewall-idle" => {
+            let v6 = lab.addr_in("server", true).expect("dual-stack lab");
+            let _ = traffic::download_in(lab, v6, 4 << 20, Duration::from_secs(4)).unwrap();
+            let mut pair = traffic::TcpPair::open_to(lab, v6).unwrap();
+            assert!(pair
+                .server_to_client(b"hello", Duration::from_secs(2))
+                .unwrap());
+            std::thread::sleep(Duration::from_secs(5));
+            let _ = pair.server_to_client(b"after idle", Duration::from_secs(2));
+        }
         other => panic!("no traffic recipe for scenario {other}"),
     }
     c.stop().unwrap();
@@ -336,6 +355,7 @@ fn topology(scenario: &str) -> Topology {
     match scenario {
         "modem-idle" => t.hops[0].conntrack.tcp_established = Some(3),
         "cgnat-chain" => t.hops[1].conntrack.tcp_established = Some(3),
+        "v6-firewall-idle" => t.hops[0].conntrack6.tcp_established = Some(3),
         _ => {}
     }
     t

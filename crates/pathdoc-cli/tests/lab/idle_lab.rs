@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use pathdoc_lab::Topology;
 use serde_json::Value;
-use support::{finding, run_json, ServerLab};
+use support::{finding, run_json, Ip, ServerLab};
 
 /// Lab prefix stem of this file: labs are `pdi-<test>-`.
 const STEM: &str = "pdi";
 
 /// Run the idle check from the client namespace; returns (exit code, report, wall seconds).
 fn check(l: &ServerLab, args: &[&str]) -> (i32, Value, f64) {
-    let server = l.lab.addr("server").to_string();
+    let server = l.server.addr();
     let args = [&["--json", "check", server.as_str(), "--idle"], args].concat();
     run_json(&l.lab, "client", &args, Duration::from_secs(120))
 }
@@ -36,10 +36,20 @@ fn nat(strict: bool, established: u32) -> Topology {
     .unwrap()
 }
 
+/// The families the strict-NAT test runs over: for IPv6 the same hop is an RFC 6092 stateful
+/// firewall (no NAT) with the same conntrack timeout and strictness.
+const STRICT_FAMILIES: [Ip; 2] = [Ip::V4, Ip::V6];
+
 #[test]
 fn strict_nat_timeout_is_found_within_the_resolution_and_early() {
     let _shared = crate::support::shared();
-    let l = ServerLab::up(STEM, "strict", &nat(true, 5));
+    for ip in STRICT_FAMILIES {
+        strict_timeout_in(ip);
+    }
+}
+
+fn strict_timeout_in(ip: Ip) {
+    let l = ServerLab::up_ip(STEM, "strict", &nat(true, 5), ip);
     // UDP finishes its own ladders (up to the horizon here), so the TCP early stop is timed
     // without it.
     let (code, report, wall) = check(

@@ -218,7 +218,9 @@ fn cli_list_and_bad_input() {
             "ssh-window-limited",
             "ssh-cpu-limited",
             "policed-line",
-            "bloated-uplink"
+            "bloated-uplink",
+            "v6-ptb-blackhole",
+            "v6-firewall-idle"
         ]
     );
     let (_, out, _) = pathdoc(&["lab", "list"]);

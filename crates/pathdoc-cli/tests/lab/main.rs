@@ -36,3 +36,4 @@ mod server_fairness_v6;
 mod speed_lab;
 mod ssh_lab;
 mod targets;
+mod v6_lab;

@@ -6,9 +6,9 @@ use crate::support;
 
 use std::time::Duration;
 
-use pathdoc_lab::Topology;
+use pathdoc_lab::{Filter, Topology};
 use serde_json::Value;
-use support::{find, find_dir, ids, run_json, ServerLab};
+use support::{find, find_dir, ids, run_json, Ip, ServerLab};
 
 /// Lab prefix stem of this file: labs are `pdt-<test>-`.
 const STEM: &str = "pdt";
@@ -32,40 +32,65 @@ fn commands(f: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The families the black-hole test runs over (IPv6: the same path dual-stack, the server's
+/// firewall also dropping ICMPv6 Packet Too Big, so the 1420-byte link is a black hole for both).
+const BLACK_HOLE_FAMILIES: [Ip; 2] = [Ip::V4, Ip::V6];
+
 #[test]
 fn pmtu_blackhole_is_found_server_to_client_with_mtu_hop_and_fix() {
     let _shared = crate::support::shared();
-    let l = ServerLab::up(
-        STEM,
-        "mtubh",
-        &Topology::scenario("pmtu-blackhole").unwrap(),
-    );
+    for ip in BLACK_HOLE_FAMILIES {
+        black_hole_server_to_client(ip);
+    }
+}
+
+fn black_hole_server_to_client(ip: Ip) {
+    let mut topo = Topology::scenario("pmtu-blackhole").unwrap();
+    if ip == Ip::V6 {
+        topo.server.filters.push(Filter::DropIcmpv6PacketTooBig);
+    }
+    let l = ServerLab::up_ip(STEM, "mtubh", &topo, ip);
     let (code, r, secs) = check(&l, &[]);
-    assert_eq!(code, 1, "{:?}", ids(&r));
-    assert!(secs < 10.0, "verdict took {secs:.1} s");
+    assert_eq!(code, 1, "{ip:?}: {:?}", ids(&r));
+    assert!(secs < 10.0, "{ip:?}: verdict took {secs:.1} s");
     let bh = find_dir(&r, "pmtud-black-hole", DOWN)
-        .unwrap_or_else(|| panic!("no black hole: {:?}", ids(&r)));
+        .unwrap_or_else(|| panic!("{ip:?}: no black hole: {:?}", ids(&r)));
     assert_eq!(bh["status"], "fail");
     assert!(bh["title"].as_str().unwrap().contains("server→client"));
     let down = &r["data"]["mtu"]["down"];
     assert_eq!(down["outcome"]["kind"], "black-hole");
-    assert_eq!(down["outcome"]["mtu"], 1420, "{down}");
+    assert_eq!(down["outcome"]["mtu"], 1420, "{ip:?}: {down}");
     // The 1420-byte link leaves hop2, the first hop from the server.
-    assert_eq!(down["location"]["hop"], 1, "{down}");
+    assert_eq!(down["location"]["hop"], 1, "{ip:?}: {down}");
     let cmds = commands(bh);
+    let (accept, route) = match ip {
+        Ip::V4 => (
+            "icmp type destination-unreachable icmp code frag-needed accept",
+            "ip route add",
+        ),
+        Ip::V6 => ("icmpv6 type packet-too-big accept", "ip -6 route add"),
+    };
+    // The family's own message comes first.
+    assert!(cmds[0].contains(accept), "{ip:?}: {cmds:?}");
     assert!(
         cmds.iter()
-            .any(|c| c.contains("icmp type destination-unreachable icmp code frag-needed accept")),
-        "{cmds:?}"
+            .any(|c| c.starts_with(route) && c.contains("mtu lock 1420")),
+        "{ip:?}: {cmds:?}"
     );
-    assert!(cmds.iter().any(|c| c.contains("mtu lock 1420")), "{cmds:?}");
+    if ip == Ip::V6 {
+        let probes = bh["evidence"].to_string();
+        assert!(probes.contains("IPV6_RECVERR"), "{probes}");
+        // Nothing below IPv6's 1280-byte minimum is probed.
+        assert!(!probes.contains("576 B"), "{probes}");
+    }
     // client→server is clean in this scenario: no false alarm there.
     assert_eq!(find_dir(&r, "path-mtu", UP).unwrap()["status"], "pass");
     // The symptom: full-size downloads stall, reduced-MSS ones do not.
     let stall = find(&r, "bulk-download-stall")
-        .unwrap_or_else(|| panic!("no stall finding: {:?}", ids(&r)));
+        .unwrap_or_else(|| panic!("{ip:?}: no stall finding: {:?}", ids(&r)));
     assert_eq!(stall["status"], "fail");
     assert_eq!(r["data"]["mtu"]["server_tcp_mtu_probing"], "0");
+    l.down().unwrap();
 }
 
 #[test]

@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use std::io::Read;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -76,6 +76,33 @@ pub fn wait_listening(lab: &Lab, host: &str, addr: SocketAddr) {
     }
 }
 
+/// The address family a lab test's check runs over. Table-driven tests list the families they
+/// run (`for ip in [Ip::V4, Ip::V6]`); which test runs where is in docs/lab.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ip {
+    V4,
+    V6,
+}
+
+impl Ip {
+    /// The topology for this family: unchanged for IPv4 (an IPv4-only lab, as before issue 21),
+    /// dual-stack for IPv6 so the same hops, links and faults carry IPv6 too.
+    pub fn topology(self, t: &Topology) -> Topology {
+        let mut t = t.clone();
+        if self == Ip::V6 && !t.family.has_v6() {
+            t.family = pathdoc_lab::topology::Family::Dual;
+        }
+        t
+    }
+    /// A suffix that keeps lab names unique per family.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Ip::V4 => "4",
+            Ip::V6 => "6",
+        }
+    }
+}
+
 /// `pathdoc server` in the lab's server host, killed on drop (or by `Lab::down`).
 pub struct PathdocServer {
     _process: LabProcess,
@@ -90,13 +117,27 @@ impl PathdocServer {
 
     /// The same with extra `pathdoc server` arguments (limits).
     pub fn start_with(lab: &Lab, extra: &[&str]) -> Self {
+        Self::start_in(lab, extra, Ip::V4)
+    }
+
+    /// The same, reached over `ip` (IPv6: listening on `[::]`, in a lab that carries IPv6).
+    pub fn start_in(lab: &Lab, extra: &[&str], ip: Ip) -> Self {
+        let v6 = ip == Ip::V6 || lab.addr("server").is_ipv6();
+        let listen = if v6 {
+            format!("[::]:{SERVER_PORT}")
+        } else {
+            format!("0.0.0.0:{SERVER_PORT}")
+        };
         let mut cmd = lab.command("server", PATHDOC);
-        cmd.args(["server", "--listen", &format!("0.0.0.0:{SERVER_PORT}")])
+        cmd.args(["server", "--listen", &listen])
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let process = lab.spawn("server", cmd).expect("spawn pathdoc server");
-        let addr = SocketAddr::new(lab.addr("server"), SERVER_PORT);
+        let host = lab
+            .addr_in("server", v6)
+            .expect("the lab carries the test's family");
+        let addr = SocketAddr::new(host, SERVER_PORT);
         wait_listening(lab, "client", addr);
         PathdocServer {
             _process: process,
@@ -107,6 +148,11 @@ impl PathdocServer {
     /// `address:port` as the client passes it.
     pub fn addr(&self) -> String {
         self.addr.to_string()
+    }
+
+    /// The server's address in the test's family.
+    pub fn ip(&self) -> IpAddr {
+        self.addr.ip()
     }
 }
 
@@ -125,9 +171,20 @@ impl ServerLab {
 
     /// The same with extra `pathdoc server` arguments.
     pub fn up_with(stem: &str, test: &str, topology: &Topology, server_args: &[&str]) -> Self {
+        Self::up_in(stem, test, topology, server_args, Ip::V4)
+    }
+
+    /// A lab for one family of a table-driven test: the topology made dual-stack for IPv6, the
+    /// lab named `<test><4|6>`, and `server.addr()` in that family.
+    pub fn up_ip(stem: &str, test: &str, topology: &Topology, ip: Ip) -> Self {
+        let test = format!("{test}{}", ip.tag());
+        Self::up_in(stem, &test, &ip.topology(topology), &[], ip)
+    }
+
+    fn up_in(stem: &str, test: &str, topology: &Topology, server_args: &[&str], ip: Ip) -> Self {
         let cleanup = Cleanup::new(stem, test);
         let lab = Lab::up(topology, &opts(stem, test)).expect("lab up");
-        let server = PathdocServer::start_with(&lab, server_args);
+        let server = PathdocServer::start_in(&lab, server_args, ip);
         ServerLab {
             server,
             lab,

@@ -228,12 +228,12 @@ pub(super) fn warm_near(
     hold: Duration,
 ) -> std::io::Result<u32> {
     let sock = socket2::SockRef::from(writer.as_ref());
-    let default_ttl = sock.ttl()?;
+    let default_ttl = pathdoc_sys::pmtu::hop_limit(writer.as_ref())?;
     let ka = socket2::TcpKeepalive::new()
         .with_time(interval)
         .with_interval(interval);
     sock.set_tcp_user_timeout(Some(hold))?;
-    sock.set_ttl(u32::from(ttl))?;
+    pathdoc_sys::pmtu::set_hop_limit(writer.as_ref(), u32::from(ttl))?;
     sock.set_tcp_keepalive(&ka)?;
     Ok(default_ttl)
 }
@@ -243,7 +243,7 @@ pub(super) fn warm_near(
 pub(super) fn cool_near(writer: &OwnedWriteHalf, default_ttl: u32) {
     let sock = socket2::SockRef::from(writer.as_ref());
     let _ = sock.set_keepalive(false);
-    let _ = sock.set_ttl(default_ttl);
+    let _ = pathdoc_sys::pmtu::set_hop_limit(writer.as_ref(), default_ttl);
 }
 
 pub(super) fn overlaps_outage(

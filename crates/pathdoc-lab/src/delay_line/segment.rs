@@ -346,4 +346,50 @@ mod tests {
             "emitted"
         )));
     }
+
+    /// The same super-frame over IPv6: 40-byte header, no extension headers.
+    fn tcp6_super_frame() -> Vec<u8> {
+        let v4 = tcp4_super_frame();
+        let mut frame = v4[..VNET_HDR_LEN].to_vec();
+        frame[1] = VIRTIO_NET_HDR_GSO_TCPV6;
+        frame[6..8].copy_from_slice(&54u16.to_le_bytes()); // csum_start
+        frame.extend_from_slice(&[2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x86, 0xdd]);
+        let mut ip = vec![0x60, 0, 0, 0, 0, 0, IPPROTO_TCP, 64];
+        ip.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0]);
+        ip.extend_from_slice(&[
+            0x20, 0x01, 0x0d, 0xb8, 1, 0x13, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10,
+        ]);
+        put_u16(&mut ip, 4, 32 + 3500);
+        frame.extend_from_slice(&ip);
+        frame.extend_from_slice(&v4[VNET_HDR_LEN + 34..]);
+        frame
+    }
+
+    #[test]
+    fn cuts_ipv6_super_frames_by_mss_and_at_a_fixed_nic_size() {
+        let frame = tcp6_super_frame();
+        let mut segments = Vec::new();
+        assert!(segment_gso_frame(&frame, &mut Vec::new(), |s| segments.push(s.to_vec())));
+        assert_eq!(segments.len(), 4);
+        for (index, segment) in segments.iter().enumerate() {
+            let packet = &segment[VNET_HDR_LEN..];
+            let payload_len = if index == 3 { 500 } else { 1000 };
+            assert_eq!(usize::from(get_u16(packet, 18)), 32 + payload_len);
+            assert_eq!(packet.len(), 14 + 40 + 32 + payload_len);
+            assert_eq!(get_u32(packet, 58), 1_000_000 + 1000 * index as u32);
+        }
+        // A NIC fixed at 1280-byte IPv6 packets: 1280 − 40 − 32 = 1208 bytes of payload each.
+        let mut packets = Vec::new();
+        assert!(segment_tcp_at_packet_size(
+            &frame,
+            1280,
+            &mut Vec::new(),
+            |s| packets.push(s.to_vec())
+        ));
+        let sizes: Vec<usize> = packets
+            .iter()
+            .map(|p| 40 + usize::from(get_u16(&p[VNET_HDR_LEN..], 18)))
+            .collect();
+        assert_eq!(sizes, [1280, 1280, 72 + 3500 - 2 * 1208]);
+    }
 }
