@@ -96,6 +96,13 @@ async fn measure(
             let r = pathdoc_mtu::run_check(server, token, &opts, &NoProgress, cancel)
                 .await
                 .map_err(|e| format!("mtu check against {server}: {e}"))?;
+            // A session the server had no room for measured nothing: a failed probe.
+            if let Some(busy) = &r.data.refused {
+                return Err(format!(
+                    "mtu check against {server}: the server was busy: {}",
+                    busy.message
+                ));
+            }
             Ok(mtu_samples(&r))
         }
         Check::Throughput {

@@ -62,7 +62,7 @@ pub const FINDING_IDS: &[FindingId] = &[
     },
     FindingId {
         id: "server-busy",
-        meaning: "the server had no room for the check's session (a pool full, shared out between other clients, or this client's own cap), with the server's words, the bound it refused by and its limit, a retry hint and the operator's fix: WARN",
+        meaning: "the server had no room for the check's session or for probe connections (a pool full, shared out between other clients, or this client's own cap), with the server's words, the bound it refused by and its limit (and how many probes it refused), a retry hint and the operator's fix: WARN",
     },
     FindingId {
         id: "probe-mode-not-run",
@@ -77,6 +77,25 @@ pub fn server_busy(busy: &pathdoc_core::busy::ServerBusy) -> Finding {
         "the idle check",
         busy,
     )
+}
+
+/// Probe connections the server refused for want of room: the tests they were for were
+/// retried or are missing, which the user must see.
+pub fn probes_busy(n: u32, busy: &pathdoc_core::busy::ServerBusy) -> Finding {
+    let what = if n == 1 {
+        "1 probe connection".to_string()
+    } else {
+        format!("{n} probe connections")
+    };
+    pathdoc_core::busy::describe(
+        Finding::new(CHECK, "server-busy", Status::Warn, ""),
+        &what,
+        busy,
+    )
+    .evidence(Evidence::new(
+        "probe connections refused",
+        Quantity::Count(u64::from(n)),
+    ))
 }
 
 /// How a probe's test failed.
@@ -1000,6 +1019,17 @@ mod tests {
         assert_eq!(f.title, "the server was busy: the idle check not run");
         assert!(f.remedies[1].description.contains("--max-sessions-per-ip"));
         all_remedies_have_hosts(&[f]);
+        let p = probes_busy(
+            37,
+            &pathdoc_core::busy::ServerBusy::new(
+                "the server is busy",
+                Some("idle-probes-fair-share".into()),
+                Some(4),
+            ),
+        );
+        assert_eq!(p.title, "the server was busy: 37 probe connections not run");
+        assert!(p.remedies[1].description.contains("--max-idle-probes"));
+        assert!(p.evidence.iter().any(|e| e.value == Quantity::Count(37)));
     }
 
     fn all_remedies_have_hosts(f: &[Finding]) {

@@ -355,9 +355,11 @@ fn refusing_server() -> SocketAddr {
                             observed: peer,
                             revision: 0,
                         }),
+                        // Not a refusal for load (that is a server-busy WARN): one that
+                        // leaves the check unable to run.
                         _ => HelloReply::Refused(Refusal {
-                            code: RefusalCode::LimitExceeded,
-                            message: "too many sessions from 127.0.0.1 (limit 0)".into(),
+                            code: RefusalCode::UnsupportedCheck,
+                            message: "this server does not offer that check".into(),
                             load: None,
                         }),
                     };
@@ -378,7 +380,7 @@ fn could_not_run_is_exit_2_and_says_so() {
     assert!(t.contains("Overall: COULD NOT RUN"), "{t}");
     assert!(!t.contains("INCONCLUSIVE"), "{t}");
     assert!(
-        !t.contains("LimitExceeded") && t.contains("limit reached"),
+        !t.contains("UnsupportedCheck") && t.contains("check not offered"),
         "{t}"
     );
     let out = pathdoc(&["check", &addr, "--mtu", "--json", "-q"]);

@@ -152,3 +152,44 @@ fn a_throughput_test_the_server_has_no_stream_for_is_a_server_busy_warning() {
     );
     assert_eq!(code, 1, "a WARN: {report:#}");
 }
+
+#[test]
+fn idle_probe_connections_the_server_has_no_room_for_are_a_server_busy_warning() {
+    // One idle probe per client: the check's second probe connection is refused
+    // (idle-probes-per-client). The run is short (10 s horizon, about 25 s in all).
+    let server =
+        LoopbackServer::on_free_port(&["--max-idle-probes", "1", "--max-idle-probes-per-ip", "1"]);
+    let mut cmd = Command::new(PATHDOC);
+    cmd.args(["check", &server.addr.to_string(), "--json", "--idle"])
+        .args([
+            "--idle-max",
+            "10s",
+            "--idle-resolution",
+            "5s",
+            "--idle-no-udp",
+        ])
+        .args([
+            "--idle-no-culprit",
+            "--idle-no-keepalive",
+            "--idle-no-client-probes",
+        ]);
+    let (code, out, err) = run(cmd, Duration::from_secs(90));
+    let report = parse_report(code, &out, &err);
+    let busy = busy_findings(&report, "idle", "idle-probes-per-client", 1);
+    assert!(
+        busy[0]["title"]
+            .as_str()
+            .unwrap()
+            .ends_with("probe connection not run")
+            || busy[0]["title"]
+                .as_str()
+                .unwrap()
+                .ends_with("probe connections not run"),
+        "{report:#}"
+    );
+    assert!(
+        report["data"]["idle"]["probes_refused_busy"].as_u64() >= Some(1),
+        "{report:#}"
+    );
+    assert_eq!(code, 1, "a WARN: {report:#}");
+}

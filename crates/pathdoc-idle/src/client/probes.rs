@@ -53,6 +53,8 @@ pub(super) enum ProbeEvent {
         observed: SocketAddr,
     },
     OpenFailed(String),
+    /// The server had no room for the probe connection (its idle-probe or connection pool).
+    Refused(pathdoc_core::busy::ServerBusy),
     Message(ProbeMessage),
     Ended(ClientSawEnd),
 }
@@ -98,6 +100,11 @@ pub(super) async fn open_probe(
     .await
     {
         Ok(x) => x,
+        Err(ProtoError::Refused(r)) if r.is_load() => {
+            let (reason, limit) = r.load.map(|l| (l.reason, l.limit)).unzip();
+            let busy = pathdoc_core::busy::ServerBusy::new(r.message, reason, limit);
+            return send(ProbeEvent::Refused(busy));
+        }
         Err(e) => return send(ProbeEvent::OpenFailed(e.to_string())),
     };
     let stream = conn.into_inner();

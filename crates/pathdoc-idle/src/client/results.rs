@@ -205,6 +205,9 @@ pub(super) fn build(i: Inputs<'_>) -> IdleResult {
         &not_run,
         ladders[0].lost_to_outage,
     ));
+    if let Some((n, busy)) = &i.tcp.refused {
+        findings.push(verdict::probes_busy(*n, busy));
+    }
     let early_stop = i
         .tcp
         .finished_at
@@ -217,6 +220,7 @@ pub(super) fn build(i: Inputs<'_>) -> IdleResult {
         "heartbeat_s": i.heartbeat.as_secs_f64(),
         "elapsed_s": i.elapsed.as_secs_f64(),
         "early_stop": early_stop,
+        "probes_refused_busy": i.tcp.refused.as_ref().map_or(0, |(n, _)| *n),
         "interrupted": run.interrupted.is_some(),
         "session_end": run.session_end,
         "plan": i.plan,

@@ -54,6 +54,8 @@ pub(super) struct TcpRun<'a> {
     pub(super) interrupted_at: Option<Duration>,
     /// The latest time (since the start) the UDP part can still be running.
     udp_end: Duration,
+    /// Probe connections the server refused for want of room, and what it said first.
+    pub(super) refused: Option<(u32, pathdoc_core::busy::ServerBusy)>,
 }
 
 /// Where the keepalive probes' single test is.
@@ -114,6 +116,7 @@ impl<'a> TcpRun<'a> {
             cancel,
             interrupted_at: None,
             udp_end,
+            refused: None,
         }
     }
 
@@ -275,6 +278,14 @@ impl<'a> TcpRun<'a> {
                 ProbeEvent::OpenFailed(e) => {
                     tracing::debug!(slot = ev.slot, error = %e, "probe did not open");
                     g.ladder.lost_slot(ev.slot);
+                }
+                ProbeEvent::Refused(busy) => {
+                    tracing::debug!(slot = ev.slot, reason = ?busy.reason, "probe refused: the server was busy");
+                    g.ladder.lost_slot(ev.slot);
+                    match &mut self.refused {
+                        Some((n, _)) => *n += 1,
+                        None => self.refused = Some((1, busy)),
+                    }
                 }
                 ProbeEvent::Message(ProbeMessage::Probe { nonce, .. })
                 | ProbeEvent::Message(ProbeMessage::Pong { nonce, .. }) => {
