@@ -11,13 +11,14 @@
 //! - **network** — raw TCP on the same path is no faster: SSH is not the problem.
 
 use pathdoc_core::units::{format_byte_rate, format_bytes, format_rate};
+use pathdoc_core::CheckName;
 use pathdoc_core::{Evidence, Finding, FindingId, Host, Quantity, Remedy, Status};
 use serde::{Deserialize, Serialize};
 
 use crate::steady::{SideCpu, Steady, Way};
 use crate::transfer::Transfer;
 
-pub const CHECK: &str = "ssh";
+pub const CHECK: CheckName = CheckName::Ssh;
 
 /// Every finding id `pathdoc ssh` emits, with when and which statuses (docs/output.md lists
 /// them; the finding-id test keeps code, registry and docs equal). The verdict ids appear once
@@ -464,8 +465,11 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
     }
     if let (Some(c), Some(ratio)) = (ceiling, window_ratio) {
         ev.push(
-            Evidence::new("window / RTT ceiling", Quantity::Rate(c))
-                .with_detail(format!("the SSH rate is {} of it", pct(ratio))),
+            Evidence::new(
+                pathdoc_core::check::evidence::WINDOW_RTT_CEILING,
+                Quantity::Rate(c),
+            )
+            .with_detail(format!("the SSH rate is {} of it", pct(ratio))),
         );
     }
     if let (Some(rw), Some(sb), Some(busy)) = (
@@ -1516,7 +1520,7 @@ mod tests {
         let mut interrupted = transfer(Way::Upload, None, chacha, cut);
         interrupted.incomplete = Some(INTERRUPTED.into());
         let dest = crate::SshDest::parse("nas").unwrap();
-        let mut idle_fail = pathdoc_core::Report::new("check", "nas");
+        let mut idle_fail = pathdoc_core::Report::new(pathdoc_core::Command::Check, "nas");
         idle_fail.findings.push(
             Finding::new("idle", "tcp-idle-timeout", Status::Fail, "x")
                 .remedy(pathdoc_core::Remedy::new("ssh").with_command("ServerAliveInterval 60")),

@@ -5,12 +5,13 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use clap::Args;
-use pathdoc_core::Report;
+use clap::{ArgMatches, Args};
+use pathdoc_core::CheckOutcome;
 use pathdoc_idle::IdleConfig;
 
 use super::check::CheckContext;
 use crate::args::{duration, ms, secs};
+use crate::checks::{resolved, CheckFuture, ClientCheck};
 use crate::error::CliError;
 
 /// `--idle-max-probes`'s help, with the server's real default per-address connection limit.
@@ -81,16 +82,28 @@ impl IdleArgs {
     }
 }
 
-pub async fn run(
-    ctx: &CheckContext<'_>,
-    cfg: &IdleConfig,
-    report: &mut Report,
-) -> anyhow::Result<()> {
+/// `--idle`'s options resolved: the check ready to run.
+pub fn resolve(matches: &ArgMatches) -> Result<Box<dyn ClientCheck>, CliError> {
+    resolved(matches, |args: IdleArgs| {
+        Ok(Box::new(IdleCheck(args.config()?)))
+    })
+}
+
+struct IdleCheck(IdleConfig);
+
+impl ClientCheck for IdleCheck {
+    fn run<'a>(&'a self, ctx: &'a CheckContext<'a>) -> CheckFuture<'a> {
+        Box::pin(run(ctx, &self.0))
+    }
+}
+
+async fn run(ctx: &CheckContext<'_>, cfg: &IdleConfig) -> anyhow::Result<CheckOutcome> {
     let mut cfg = cfg.clone();
     cfg.server = ctx.server;
     cfg.token = ctx.auth_token.clone();
     let result = pathdoc_idle::run(&cfg, ctx.progress, &ctx.cancel).await?;
-    report.findings.extend(result.findings);
-    report.data.insert("idle".to_string(), result.data);
-    Ok(())
+    Ok(CheckOutcome {
+        findings: result.findings,
+        data: result.data,
+    })
 }
