@@ -250,9 +250,6 @@ pub fn not_started_finding(way: Way) -> Finding {
     .direction(way.direction())
 }
 
-/// The `incomplete` reason of a transfer the user interrupted.
-pub const INTERRUPTED: &str = "interrupted";
-
 /// Every transfer of the direction was cut by the user too early: what was measured, and why it
 /// is not enough for a verdict.
 fn interrupted_finding(way: Way, cut: &[&Transfer]) -> Finding {
@@ -300,7 +297,10 @@ pub fn diagnose_direction(input: &DirectionInput<'_>) -> Finding {
         if !mine.is_empty() && mine.iter().all(|t| t.interrupted()) {
             return interrupted_finding(way, &mine);
         }
-        let why: Vec<String> = mine.iter().filter_map(|t| t.incomplete.clone()).collect();
+        let why: Vec<String> = mine
+            .iter()
+            .filter_map(|t| t.incomplete.as_ref().map(|i| i.to_string()))
+            .collect();
         return Finding::new(
             CHECK,
             "ssh-limit-inconclusive",
@@ -1463,7 +1463,7 @@ mod tests {
         let mut short = steady(94.7e6, 0.1, 0.1, 5.0);
         short.to = short.from + 0.3;
         let mut t = transfer(Way::Upload, None, "aes128-gcm@openssh.com", short);
-        t.incomplete = Some(INTERRUPTED.into());
+        t.incomplete = Some(crate::transfer::Incomplete::Interrupted);
         let f = judge(Way::Upload, Some(93.8e6), None, std::slice::from_ref(&t));
         assert_eq!(
             (f.id.as_str(), f.status),
@@ -1518,7 +1518,7 @@ mod tests {
         let mut cut = steady(94.7e6, 0.1, 0.1, 5.0);
         cut.to = cut.from + 0.2;
         let mut interrupted = transfer(Way::Upload, None, chacha, cut);
-        interrupted.incomplete = Some(INTERRUPTED.into());
+        interrupted.incomplete = Some(crate::transfer::Incomplete::Interrupted);
         let dest = crate::SshDest::parse("nas").unwrap();
         let mut idle_fail = pathdoc_core::Report::new(pathdoc_core::Command::Check, "nas");
         idle_fail.findings.push(

@@ -9,7 +9,7 @@ use pathdoc_speed::{Mode, SpeedOptions};
 
 use super::check::CheckContext;
 use super::speed::{congestion_control, measure};
-use crate::args::{duration, ms, secs};
+use crate::args::{duration, ms};
 use crate::checks::{resolved, CheckFuture, ClientCheck};
 use crate::error::CliError;
 
@@ -18,7 +18,7 @@ use crate::error::CliError;
 pub struct ThroughputArgs {
     /// Length of each direction's throughput test.
     #[arg(long = "throughput-time", value_name = "DURATION", default_value = "5s",
-          value_parser = duration(ms(100), secs(3600)))]
+          value_parser = duration(ms(100), pathdoc_speed::spec::MAX_TEST_TIME))]
     pub time: Duration,
     /// Parallel streams per direction in the throughput test.
     #[arg(long = "throughput-streams", value_name = "N", default_value_t = 1,

@@ -50,7 +50,7 @@ pub struct SpeedArgs {
     pub streams: u32,
     /// Test length, e.g. 10s, 500ms, 1m (a bare number is seconds, as in iperf3).
     #[arg(long, short = 't', value_name = "DURATION", default_value = "10s",
-          value_parser = seconds_or_duration(ms(100), secs(3600)))]
+          value_parser = seconds_or_duration(ms(100), pathdoc_speed::spec::MAX_TEST_TIME))]
     pub time: Duration,
     /// Stop after this many payload bytes per direction instead, e.g. 1GiB, 500MB.
     #[arg(long, short = 'n', value_name = "BYTES", value_parser = bytes(1, 1 << 50))]
