@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use pathdoc_core::CheckName;
 use pathdoc_idle::defaults as idle_defaults;
 use serde::Deserialize;
 
@@ -147,11 +148,11 @@ pub enum Check {
 }
 
 impl Check {
-    pub fn name(&self) -> &'static str {
+    pub fn name(&self) -> CheckName {
         match self {
-            Check::Mtu { .. } => "mtu",
-            Check::Throughput { .. } => "throughput",
-            Check::Idle { .. } => "idle",
+            Check::Mtu { .. } => CheckName::Mtu,
+            Check::Throughput { .. } => CheckName::Throughput,
+            Check::Idle { .. } => CheckName::Idle,
         }
     }
 }
@@ -371,8 +372,8 @@ fn module(name: &str, m: RawModule) -> Result<Check, String> {
         }
     };
     let defaults = pathdoc_mtu::MtuOptions::default();
-    match m.check.as_str() {
-        "mtu" => {
+    match m.check.parse::<CheckName>() {
+        Ok(CheckName::Mtu) => {
             only(&[
                 "min_size", "max_size", "attempts", "wait", "max_ttl", "bulk",
             ])?;
@@ -385,7 +386,7 @@ fn module(name: &str, m: RawModule) -> Result<Check, String> {
                 bulk: opt_duration(&field("bulk"), m.bulk.as_deref())?.unwrap_or(defaults.bulk),
             })
         }
-        "throughput" => {
+        Ok(CheckName::Throughput) => {
             only(&["time", "streams", "congestion_control"])?;
             let time =
                 opt_duration(&field("time"), m.time.as_deref())?.unwrap_or(Duration::from_secs(5));
@@ -410,7 +411,7 @@ fn module(name: &str, m: RawModule) -> Result<Check, String> {
                 congestion_control: m.congestion_control,
             })
         }
-        "idle" => {
+        Ok(CheckName::Idle) => {
             only(&[
                 "idle_max",
                 "resolution",
@@ -444,9 +445,11 @@ fn module(name: &str, m: RawModule) -> Result<Check, String> {
                 culprit: m.culprit.unwrap_or(true),
             })
         }
-        other => Err(format!(
-            "{}: unknown check {other:?} (mtu, throughput or idle)",
-            field("check")
+        // ssh and analyze run from the command line only.
+        Ok(CheckName::Ssh | CheckName::Analyze) | Err(_) => Err(format!(
+            "{}: unknown check {:?} (mtu, throughput or idle)",
+            field("check"),
+            m.check
         )),
     }
 }
