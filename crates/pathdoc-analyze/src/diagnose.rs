@@ -4,13 +4,14 @@
 //! cannot decide.
 
 use pathdoc_core::units::{format_bytes, format_duration, format_rate};
+use pathdoc_core::CheckName;
 use pathdoc_core::{Direction, Evidence, Finding, Host, Quantity, Remedy, Status};
 
 use crate::analyzer::HostPairLoss;
 use crate::loss::{wilson, LossCount, Vantage};
 use crate::summary::{ConnSummary, DirSummary, EndState, StallSummary};
 
-pub const CHECK: &str = "analyze";
+pub const CHECK: CheckName = CheckName::Analyze;
 
 /// Minimum data segments in a direction before its loss rate means anything.
 const MIN_DATA_SEGMENTS: u64 = 50;
@@ -488,7 +489,7 @@ fn window_limited(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
     .requirement("throughput ≤ window / RTT; to fill a path the receive window must be ≥ its bandwidth-delay product (BDP = rate × RTT, RFC 7323)")
     .evidence(Evidence::new(format!("largest window the {} advertised", s.receiver), Quantity::Bytes(window)))
     .evidence(Evidence::new("path RTT", Quantity::Seconds(rtt)).with_detail(if c.handshake_rtt_ms.is_some() { "handshake SYN → ACK at the capture point" } else { "data → ACK, both directions" }))
-    .evidence(Evidence::new("window / RTT ceiling", Quantity::Rate(ceiling)))
+    .evidence(Evidence::new(pathdoc_core::check::evidence::WINDOW_RTT_CEILING, Quantity::Rate(ceiling)))
     .evidence(Evidence::new(format!("{} goodput", s.dir.arrow()), Quantity::Goodput(goodput)))
     .evidence(Evidence::new("retransmitted share", pct(retrans_share)));
     if tx.at_window_fraction.is_some() {

@@ -4,6 +4,7 @@
 //! 3 inconclusive, 130 interrupted (docs/output.md).
 
 mod args;
+mod checks;
 mod cmd;
 mod error;
 mod interrupt;
@@ -95,6 +96,9 @@ enum Command {
         after_help = "Examples:\n  pathdoc man | man -l -                      # read it now\n  pathdoc man check | man -l -                # the page of one command\n  pathdoc man --dir /usr/local/share/man/man1 # install pathdoc.1, pathdoc-check.1, …"
     )]
     Man(cmd::docs::ManArgs),
+    /// Print the check registry as JSON (for the tests that keep docs and ids in step with it).
+    #[command(hide = true)]
+    Registry,
 }
 
 /// Options every command shares, handed down to the command modules.
@@ -138,6 +142,7 @@ fn main() {
         Command::Analyze(args) => cmd::analyze::run(args, global),
         Command::Completions(args) => cmd::docs::completions(args),
         Command::Man(args) => cmd::docs::man(args),
+        Command::Registry => checks::print(),
     };
     match result {
         Ok(code) => std::process::exit(code),
@@ -161,6 +166,7 @@ fn command_name(c: &Command) -> String {
         Command::Ssh(_) => "ssh".into(),
         Command::Report(_) => "report".into(),
         Command::Exporter(_) => "exporter".into(),
+        Command::Registry => "registry".into(),
     }
 }
 

@@ -78,7 +78,7 @@ pub fn render_text(report: &Report) -> String {
     // Fields from servers, captures and report files: escaped, one line each (see `safe`).
     let report = &terminal_safe_report(report);
     let mut s = String::new();
-    if report.command == "speed" {
+    if report.command == pathdoc_core::Command::Speed {
         s.push_str(&crate::speed_table::render(report));
     }
     for finding in &report.findings {
@@ -265,7 +265,7 @@ mod tests {
 
     #[test]
     fn overall_lines_match_the_exit_codes() {
-        let mut r = Report::new("check", "192.0.2.1:7224");
+        let mut r = Report::new(pathdoc_core::Command::Check, "192.0.2.1:7224");
         r.findings.push(
             Finding::new(
                 "mtu",

@@ -158,7 +158,7 @@ mod tests {
 
     #[test]
     fn names_the_worst_two_fixes_and_their_hosts() {
-        let mut r = Report::new("check", "host");
+        let mut r = Report::new(pathdoc_core::Command::Check, "host");
         r.findings.push(problem(
             "w",
             Status::Warn,
@@ -193,7 +193,7 @@ mod tests {
 
     #[test]
     fn one_fix_for_both_ends_is_one_line_naming_both() {
-        let mut r = Report::new("speed", "host");
+        let mut r = Report::new(pathdoc_core::Command::Speed, "host");
         r.findings
             .push(problem("cpu", Status::Warn, Host::Server, "Free the CPU."));
         r.findings
@@ -208,7 +208,7 @@ mod tests {
 
     #[test]
     fn healthy_interrupted_and_undecided_runs_say_so() {
-        let mut r = Report::new("check", "host");
+        let mut r = Report::new(pathdoc_core::Command::Check, "host");
         r.findings
             .push(Finding::new("mtu", "ok", Status::Pass, "fine"));
         assert_eq!(bottom_line(&r), "Bottom line: nothing to fix.\n");
@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn footer_says_when_where_and_how() {
-        let mut r = Report::new("check", "host");
+        let mut r = Report::new(pathdoc_core::Command::Check, "host");
         assert_eq!(provenance(&r), "");
         r.provenance = Some(Provenance {
             started: "2026-11-26T15:54:05+01:00".into(),

@@ -15,7 +15,7 @@ use pathdoc_speed::{DirectionResult, SpeedRun};
 pub fn render(report: &Report) -> String {
     let Some(runs) = report
         .data
-        .get(pathdoc_speed::CHECK)
+        .get(pathdoc_speed::CHECK.data_key())
         .and_then(|d| d.get("runs"))
         .and_then(|r| serde_json::from_value::<Vec<SpeedRun>>(r.clone()).ok())
     else {
@@ -162,6 +162,6 @@ mod tests {
 
     #[test]
     fn reports_without_throughput_data_have_no_table() {
-        assert_eq!(render(&Report::new("speed", "x")), "");
+        assert_eq!(render(&Report::new(pathdoc_core::Command::Speed, "x")), "");
     }
 }

@@ -4,12 +4,14 @@
 //! [`report::Evidence`]; the CLI renders them as text or JSON.
 
 pub mod busy;
+pub mod check;
 pub mod nic;
 pub mod progress;
 pub mod report;
 pub mod text;
 pub mod units;
 
+pub use check::{CheckName, CheckOutcome, Command};
 pub use progress::{NoProgress, Progress};
 pub use report::{
     Direction, Evidence, Finding, FindingId, Host, Provenance, Quantity, Remedy, Report, Status,

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
 
+use crate::check::Command;
 use crate::units;
 
 /// Version of the JSON report schema (`schema` field of every `--json` output).
@@ -351,7 +352,7 @@ pub struct Report {
     pub schema: String,
     pub pathdoc_version: String,
     /// The command that produced it, e.g. `check`, `speed`.
-    pub command: String,
+    pub command: Command,
     /// The peer or lab the command ran against.
     pub target: String,
     pub findings: Vec<Finding>,
@@ -464,11 +465,11 @@ pub mod exit {
 }
 
 impl Report {
-    pub fn new(command: impl Into<String>, target: impl Into<String>) -> Self {
+    pub fn new(command: Command, target: impl Into<String>) -> Self {
         Report {
             schema: SCHEMA_VERSION.to_string(),
             pathdoc_version: env!("CARGO_PKG_VERSION").to_string(),
-            command: command.into(),
+            command,
             target: target.into(),
             findings: Vec::new(),
             data: serde_json::Map::new(),
@@ -533,7 +534,7 @@ mod tests {
 
     #[test]
     fn overall_is_worst_and_fail_beats_inconclusive() {
-        let mut r = Report::new("check", "lab");
+        let mut r = Report::new(crate::Command::Check, "lab");
         assert_eq!(r.exit_code(), 0);
         r.findings
             .push(Finding::new("mtu", "a", Status::Inconclusive, "x"));
@@ -545,7 +546,7 @@ mod tests {
 
     #[test]
     fn could_not_run_and_interrupted_have_their_own_codes() {
-        let mut r = Report::new("check", "lab");
+        let mut r = Report::new(crate::Command::Check, "lab");
         r.findings
             .push(Finding::new("mtu", CHECK_FAILED, Status::Inconclusive, "x"));
         assert_eq!(r.exit_code(), exit::COULD_NOT_RUN);

@@ -27,7 +27,14 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use pathdoc_core::CheckName;
+use pathdoc_idle::defaults as idle_defaults;
 use serde::Deserialize;
+
+/// Longest throughput test a module may run per scrape: the scrape waits for both directions,
+/// and Prometheus' scrape timeouts are seconds to a minute (the CLI allows
+/// `pathdoc_speed::spec::MAX_TEST_TIME`, for a person waiting on purpose).
+pub const MAX_SCRAPE_THROUGHPUT_TIME: Duration = Duration::from_secs(60);
 
 /// The pathdoc server's default port, used when a target names none.
 pub const DEFAULT_SERVER_PORT: u16 = 7224;
@@ -141,11 +148,11 @@ pub enum Check {
 }
 
 impl Check {
-    pub fn name(&self) -> &'static str {
+    pub fn name(&self) -> CheckName {
         match self {
-            Check::Mtu { .. } => "mtu",
-            Check::Throughput { .. } => "throughput",
-            Check::Idle { .. } => "idle",
+            Check::Mtu { .. } => CheckName::Mtu,
+            Check::Throughput { .. } => CheckName::Throughput,
+            Check::Idle { .. } => CheckName::Idle,
         }
     }
 }
@@ -365,8 +372,8 @@ fn module(name: &str, m: RawModule) -> Result<Check, String> {
         }
     };
     let defaults = pathdoc_mtu::MtuOptions::default();
-    match m.check.as_str() {
-        "mtu" => {
+    match m.check.parse::<CheckName>() {
+        Ok(CheckName::Mtu) => {
             only(&[
                 "min_size", "max_size", "attempts", "wait", "max_ttl", "bulk",
             ])?;
@@ -379,14 +386,15 @@ fn module(name: &str, m: RawModule) -> Result<Check, String> {
                 bulk: opt_duration(&field("bulk"), m.bulk.as_deref())?.unwrap_or(defaults.bulk),
             })
         }
-        "throughput" => {
+        Ok(CheckName::Throughput) => {
             only(&["time", "streams", "congestion_control"])?;
             let time =
                 opt_duration(&field("time"), m.time.as_deref())?.unwrap_or(Duration::from_secs(5));
-            if time.is_zero() || time > Duration::from_secs(60) {
+            if time.is_zero() || time > MAX_SCRAPE_THROUGHPUT_TIME {
                 return Err(format!(
-                    "{}: must be more than 0 and at most 60 s",
-                    field("time")
+                    "{}: must be more than 0 and at most {} s",
+                    field("time"),
+                    MAX_SCRAPE_THROUGHPUT_TIME.as_secs()
                 ));
             }
             let streams = m.streams.unwrap_or(1);
@@ -403,7 +411,7 @@ fn module(name: &str, m: RawModule) -> Result<Check, String> {
                 congestion_control: m.congestion_control,
             })
         }
-        "idle" => {
+        Ok(CheckName::Idle) => {
             only(&[
                 "idle_max",
                 "resolution",
@@ -413,12 +421,19 @@ fn module(name: &str, m: RawModule) -> Result<Check, String> {
                 "culprit",
             ])?;
             let idle_max = opt_duration(&field("idle_max"), m.idle_max.as_deref())?
-                .unwrap_or(Duration::from_secs(7800));
+                .unwrap_or(idle_defaults::HORIZON);
             let resolution = opt_duration(&field("resolution"), m.resolution.as_deref())?
-                .unwrap_or(Duration::from_secs(10));
-            let max_probes = m.max_probes.unwrap_or(240);
-            if !(8..=1000).contains(&max_probes) {
-                return Err(format!("{}: must be 8..=1000", field("max_probes")));
+                .unwrap_or(idle_defaults::RESOLUTION);
+            let max_probes = m.max_probes.unwrap_or(idle_defaults::MAX_PROBES as usize);
+            let bounds = idle_defaults::MAX_PROBES_FLOOR as usize
+                ..=idle_defaults::MAX_PROBES_CEILING as usize;
+            if !bounds.contains(&max_probes) {
+                return Err(format!(
+                    "{}: must be {}..={}",
+                    field("max_probes"),
+                    bounds.start(),
+                    bounds.end()
+                ));
             }
             Ok(Check::Idle {
                 idle_max,
@@ -430,9 +445,11 @@ fn module(name: &str, m: RawModule) -> Result<Check, String> {
                 culprit: m.culprit.unwrap_or(true),
             })
         }
-        other => Err(format!(
-            "{}: unknown check {other:?} (mtu, throughput or idle)",
-            field("check")
+        // ssh and analyze run from the command line only.
+        Ok(CheckName::Ssh | CheckName::Analyze) | Err(_) => Err(format!(
+            "{}: unknown check {:?} (mtu, throughput or idle)",
+            field("check"),
+            m.check
         )),
     }
 }

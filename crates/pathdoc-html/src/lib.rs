@@ -10,55 +10,90 @@ pub mod path;
 pub mod plot;
 pub mod view;
 
-use pathdoc_core::{Direction, Quantity, Report};
+use pathdoc_core::Report;
 
 pub use plot::{Body, Figure, Series};
 
-/// Every plot the report's data allows, in page order: the idle ladder and the MTU maps (the
-/// faults an ISP can fix) before the longer throughput figures, then captures' time-sequence
-/// graphs.
-pub fn figures(report: &Report) -> Vec<Figure> {
-    let mut figures: Vec<Figure> = plot::idle::figure(&view::section(report, "idle"))
-        .into_iter()
-        .collect();
-    figures.extend(plot::mtu::figures(&view::section(report, "mtu")));
-    figures.extend(plot::throughput::figures(&view::section(
-        report,
-        "throughput",
-    )));
-    figures.extend(plot::ssh::figures(
-        &view::section(report, "ssh"),
-        [
-            ssh_window_ceiling(report, Direction::ClientToServer),
-            ssh_window_ceiling(report, Direction::ServerToClient),
-        ],
-    ));
-    figures.extend(plot::stevens::figures(&view::section(report, "analyze")));
-    figures
+/// Each check's plots, one function per check (the binary's check registry names them).
+pub mod figures {
+    use pathdoc_core::check::evidence::WINDOW_RTT_CEILING;
+    use pathdoc_core::{CheckName, Direction, Quantity, Report};
+
+    use crate::{plot, view, Figure};
+
+    /// The idle check's probe ladder.
+    pub fn idle(report: &Report) -> Vec<Figure> {
+        plot::idle::figure(&view::section(report, CheckName::Idle.data_key()))
+            .into_iter()
+            .collect()
+    }
+
+    /// The MTU probe maps, one per direction.
+    pub fn mtu(report: &Report) -> Vec<Figure> {
+        plot::mtu::figures(&view::section(report, CheckName::Mtu.data_key()))
+    }
+
+    pub fn throughput(report: &Report) -> Vec<Figure> {
+        plot::throughput::figures(&view::section(report, CheckName::Throughput.data_key()))
+    }
+
+    /// `pathdoc ssh`'s cipher chart, with the window / RTT ceiling its verdicts computed.
+    pub fn ssh(report: &Report) -> Vec<Figure> {
+        plot::ssh::figures(
+            &view::section(report, CheckName::Ssh.data_key()),
+            [
+                ssh_window_ceiling(report, Direction::ClientToServer),
+                ssh_window_ceiling(report, Direction::ServerToClient),
+            ],
+        )
+    }
+
+    /// A capture's time-sequence graphs.
+    pub fn analyze(report: &Report) -> Vec<Figure> {
+        plot::stevens::figures(&view::section(report, CheckName::Analyze.data_key()))
+    }
+
+    /// The window / RTT ceiling the SSH verdict of one direction computed (its evidence), so the
+    /// chart draws the same figure the text states.
+    fn ssh_window_ceiling(report: &Report, direction: Direction) -> Option<f64> {
+        report
+            .findings
+            .iter()
+            .filter(|f| f.check == CheckName::Ssh && f.direction == Some(direction))
+            .flat_map(|f| f.evidence.iter())
+            .find(|e| e.name == WINDOW_RTT_CEILING)
+            .and_then(|e| match e.value {
+                Quantity::Rate(r) | Quantity::Goodput(r) => Some(r),
+                _ => None,
+            })
+    }
 }
 
-/// The window / RTT ceiling the SSH verdict of one direction computed (its evidence), so the
-/// chart draws the same figure the text states.
-fn ssh_window_ceiling(report: &Report, direction: Direction) -> Option<f64> {
-    report
-        .findings
-        .iter()
-        .filter(|f| f.check == "ssh" && f.direction == Some(direction))
-        .flat_map(|f| f.evidence.iter())
-        .find(|e| e.name == "window / RTT ceiling")
-        .and_then(|e| match e.value {
-            Quantity::Rate(r) | Quantity::Goodput(r) => Some(r),
-            _ => None,
-        })
+/// Every plot the report's data allows, in page order: the idle ladder and the MTU maps (the
+/// faults an ISP can fix) before the longer throughput figures, then SSH's cipher chart and
+/// captures' time-sequence graphs. The binary draws its check registry's figures instead (the
+/// same functions, in its order); this is the order for callers without a registry.
+pub fn all_figures(report: &Report) -> Vec<Figure> {
+    [
+        figures::idle,
+        figures::mtu,
+        figures::throughput,
+        figures::ssh,
+        figures::analyze,
+    ]
+    .iter()
+    .flat_map(|f| f(report))
+    .collect()
 }
 
 /// The whole HTML document for `report`.
 pub fn render(report: &Report) -> String {
-    page::page(
-        report,
-        &figures(report),
-        &path::PathInfo::from_report(report),
-    )
+    render_with(report, &all_figures(report))
+}
+
+/// The whole HTML document for `report`, with these plots.
+pub fn render_with(report: &Report, figures: &[Figure]) -> String {
+    page::page(report, figures, &path::PathInfo::from_report(report))
 }
 
 /// The JSON report embedded in a page written by [`render`], if `html` is one.

@@ -38,7 +38,7 @@ pub fn page(report: &Report, figures: &[Figure], path: &PathInfo) -> String {
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\n\
          <meta name=\"generator\" content=\"pathdoc {}\">\n<title>pathdoc {}: {} — {}</title>\n<style>\n{CSS}</style>\n</head>\n<body>\n",
         esc(&report.pathdoc_version),
-        esc(&report.command),
+        esc(report.command.as_str()),
         esc(&report.target),
         overall_line(report).0.to_uppercase()
     );
@@ -113,7 +113,7 @@ fn header(s: &mut String, report: &Report) {
         "<header>\n<h1>pathdoc {} <span class=\"target\">{}</span></h1>\n\
          <p class=\"overall\" id=\"overall\" data-status=\"{}\">{} {}</p>\n\
          <p class=\"meta\">pathdoc {} · schema {} · {} finding{}</p>\n",
-        esc(&report.command),
+        esc(report.command.as_str()),
         esc(&report.target),
         class,
         badge_html,
@@ -382,7 +382,7 @@ fn plots(s: &mut String, report: &Report, figures: &[Figure]) {
 
 /// Why the page has no plot, and how to get one.
 fn no_plots_note(report: &Report) -> &'static str {
-    if report.command == "analyze" {
+    if report.command == pathdoc_core::Command::Analyze {
         "No time-sequence graph: graphs are drawn for the connections the report lists, and \
          without --all it lists only those with findings. For a graph of every connection (up to \
          8 per capture) run: pathdoc analyze CAPTURE --all --report FILE.html"
@@ -473,13 +473,17 @@ mod tests {
     #[test]
     fn a_capture_report_without_plots_says_how_to_get_them() {
         let mut s = String::new();
-        plots(&mut s, &Report::new("analyze", "x.pcap"), &[]);
+        plots(
+            &mut s,
+            &Report::new(pathdoc_core::Command::Analyze, "x.pcap"),
+            &[],
+        );
         assert!(
             s.contains("pathdoc analyze CAPTURE --all --report FILE.html"),
             "{s}"
         );
         let mut s = String::new();
-        plots(&mut s, &Report::new("check", "x"), &[]);
+        plots(&mut s, &Report::new(pathdoc_core::Command::Check, "x"), &[]);
         assert!(s.contains("no raw measurements"), "{s}");
     }
 
@@ -492,20 +496,23 @@ mod tests {
             path_section(&mut s, &PathInfo::from_report(r));
             s
         };
-        let s = table(&Report::new("analyze", "x.pcap"));
+        let s = table(&Report::new(pathdoc_core::Command::Analyze, "x.pcap"));
         assert!(
             s.contains("<td>— <span class=\"note\">(from the capture x.pcap;"),
             "{s}"
         );
-        let s = table(&Report::new("ssh", "root@nas:2222"));
+        let s = table(&Report::new(pathdoc_core::Command::Ssh, "root@nas:2222"));
         assert!(
             s.contains("root@nas:2222 <span class=\"note\">(ssh destination as given;"),
             "{s}"
         );
-        let s = table(&Report::new("check", "203.0.113.10:7224"));
+        let s = table(&Report::new(
+            pathdoc_core::Command::Check,
+            "203.0.113.10:7224",
+        ));
         assert!(s.contains("<td>203.0.113.10:7224</td>"), "{s}");
 
-        let mut r = Report::new("check", "203.0.113.10:7224");
+        let mut r = Report::new(pathdoc_core::Command::Check, "203.0.113.10:7224");
         r.data.insert(
             "idle".into(),
             serde_json::json!({"public_addr": "198.51.100.7:4000"}),
@@ -523,7 +530,7 @@ mod tests {
 
     #[test]
     fn header_says_when_where_and_how() {
-        let mut r = Report::new("check", "nas:7224");
+        let mut r = Report::new(pathdoc_core::Command::Check, "nas:7224");
         let mut s = String::new();
         header(&mut s, &r);
         assert!(!s.contains("provenance"), "{s}");

@@ -3,7 +3,7 @@
 
 use std::net::Ipv4Addr;
 
-use pathdoc_core::Report;
+use pathdoc_core::{Command, Report};
 
 use crate::view::{section, Idle, Mtu, Section};
 
@@ -37,11 +37,13 @@ impl PathInfo {
         let idle: Section<Idle> = section(report, "idle");
         let mtu: Section<Mtu> = section(report, "mtu");
         let mut path = PathInfo {
-            command: report.command.clone(),
+            command: report.command.as_str().to_string(),
             server: report.target.clone(),
-            server_kind: match report.command.as_str() {
-                "ssh" => "SSH server (sshd); a temporary pathdoc server beside it for raw TCP",
-                "analyze" => "the captured connections' far end",
+            server_kind: match report.command {
+                Command::Ssh => {
+                    "SSH server (sshd); a temporary pathdoc server beside it for raw TCP"
+                }
+                Command::Analyze => "the captured connections' far end",
                 _ => "pathdoc server",
             },
             client_public: mtu
@@ -184,7 +186,7 @@ mod tests {
 
     #[test]
     fn hops_merge_idle_path_and_both_ttl_scans_and_findings() {
-        let mut r = Report::new("check", "203.0.113.10:7224");
+        let mut r = Report::new(pathdoc_core::Command::Check, "203.0.113.10:7224");
         r.data.insert(
             "idle".into(),
             serde_json::json!({"path": {"addrs": ["192.168.1.1"], "routers": 2}, "public_addr": "203.0.113.1:4000",
@@ -223,7 +225,7 @@ mod tests {
 
     #[test]
     fn both_ends_network_interfaces_go_in_the_path_table() {
-        let mut r = Report::new("check", "203.0.113.10:7224");
+        let mut r = Report::new(pathdoc_core::Command::Check, "203.0.113.10:7224");
         r.data.insert(
             "mtu".into(),
             serde_json::json!({
@@ -245,7 +247,7 @@ mod tests {
         // Text from the report is escaped like every other value.
         assert!(page.contains("driver &lt;b&gt;e1000e&lt;/b&gt;") && !page.contains("<b>e1000e"));
         // Without the facts (an older report), the rows stay as they were.
-        let old = PathInfo::from_report(&Report::new("check", "x"));
+        let old = PathInfo::from_report(&Report::new(pathdoc_core::Command::Check, "x"));
         assert!(old.server_nic.is_none() && old.client_nic.is_none());
     }
 }

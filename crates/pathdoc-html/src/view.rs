@@ -501,7 +501,7 @@ mod tests {
 
     #[test]
     fn missing_fields_and_unknown_fields_are_tolerated() {
-        let mut report = Report::new("check", "x");
+        let mut report = Report::new(pathdoc_core::Command::Check, "x");
         report.data.insert(
             "throughput".into(),
             serde_json::json!({"runs": [{"directions": [{"direction": "upload",
@@ -516,7 +516,7 @@ mod tests {
 
     #[test]
     fn wrong_shapes_are_unreadable_not_panics() {
-        let mut report = Report::new("check", "x");
+        let mut report = Report::new(pathdoc_core::Command::Check, "x");
         report
             .data
             .insert("mtu".into(), serde_json::json!({"up": "nonsense"}));

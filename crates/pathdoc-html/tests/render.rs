@@ -3,7 +3,7 @@
 //! (console, network, pixels) are in crates/pathdoc-cli/tests/lab/report_html.rs.
 
 use pathdoc_core::{Finding, Report, Status};
-use pathdoc_html::{figures, render, Body};
+use pathdoc_html::{all_figures, render, Body};
 
 fn lab_report() -> Report {
     serde_json::from_str(include_str!("fixtures/lab-report.json")).expect("fixture")
@@ -12,7 +12,7 @@ fn lab_report() -> Report {
 #[test]
 fn every_check_of_a_lab_run_gets_its_plots_with_text_labels() {
     let report = lab_report();
-    let figs = figures(&report);
+    let figs = all_figures(&report);
     let ids: Vec<&str> = figs.iter().map(|f| f.id.as_str()).collect();
     assert_eq!(
         ids,
@@ -70,7 +70,7 @@ fn every_check_of_a_lab_run_gets_its_plots_with_text_labels() {
 
 #[test]
 fn missing_or_unreadable_data_is_said_not_fatal() {
-    let mut report = Report::new("check", "192.0.2.1:7224");
+    let mut report = Report::new(pathdoc_core::Command::Check, "192.0.2.1:7224");
     report.data.insert(
         "throughput".into(),
         serde_json::json!({"runs": [{"directions": [{"direction": "upload", "intervals": []}]}]}),
@@ -82,7 +82,7 @@ fn missing_or_unreadable_data_is_said_not_fatal() {
         "mtu".into(),
         serde_json::json!({"up": {"direction": "client-to-server", "probes": []}}),
     );
-    let figs = figures(&report);
+    let figs = all_figures(&report);
     let why: Vec<String> = figs
         .iter()
         .map(|f| match &f.body {
@@ -108,7 +108,7 @@ fn missing_or_unreadable_data_is_said_not_fatal() {
 
 #[test]
 fn hostile_text_is_escaped() {
-    let mut report = Report::new("check", "<img src=x onerror=alert(1)>");
+    let mut report = Report::new(pathdoc_core::Command::Check, "<img src=x onerror=alert(1)>");
     report.findings.push(
         Finding::new(
             "mtu",
@@ -132,13 +132,13 @@ fn hostile_text_is_escaped() {
 
 #[test]
 fn an_empty_report_still_renders() {
-    let html = render(&Report::new("speed", "192.0.2.1:7224"));
+    let html = render(&Report::new(pathdoc_core::Command::Speed, "192.0.2.1:7224"));
     assert!(html.contains("No findings") && html.contains("no raw measurements to plot"));
 }
 
 #[test]
 fn captures_get_a_time_sequence_graph_with_retransmissions_dup_acks_and_zero_windows() {
-    let mut report = Report::new("analyze", "capture.pcap");
+    let mut report = Report::new(pathdoc_core::Command::Analyze, "capture.pcap");
     // A bulk sender: 40 segments of 1448 B, one lost (seq 14480) and retransmitted after three
     // duplicate ACKs, then the receiver's window closes for a while.
     let mut segments = Vec::new();
@@ -169,7 +169,7 @@ fn captures_get_a_time_sequence_graph_with_retransmissions_dup_acks_and_zero_win
             "time_sequence": [{"direction": "client-to-server", "segments": segments, "acks": acks}]
         }]}]}),
     );
-    let figs = figures(&report);
+    let figs = all_figures(&report);
     assert_eq!(figs.len(), 1);
     assert_eq!(figs[0].id, "stevens-1-3-client-to-server");
     let Body::Svg { svg, legend } = &figs[0].body else {
@@ -197,7 +197,7 @@ fn captures_get_a_time_sequence_graph_with_retransmissions_dup_acks_and_zero_win
 
 #[test]
 fn throughput_draws_each_stream_and_the_steady_state() {
-    let mut report = Report::new("speed", "192.0.2.1:7224");
+    let mut report = Report::new(pathdoc_core::Command::Speed, "192.0.2.1:7224");
     let intervals: Vec<serde_json::Value> = (0..5)
         .map(|i| {
             let t = f64::from(i);
@@ -219,7 +219,7 @@ fn throughput_draws_each_stream_and_the_steady_state() {
             "phases": {"slow_start_end_s": 1.0, "steady": {"start_s": 1.0, "end_s": 5.0, "goodput_bps": 90e6}}
         }]}]}),
     );
-    let figs = figures(&report);
+    let figs = all_figures(&report);
     let Body::Svg { svg, legend } = &figs[0].body else {
         panic!("{:?}", figs[0].body)
     };
@@ -247,13 +247,13 @@ fn throughput_draws_each_stream_and_the_steady_state() {
 
 #[test]
 fn interrupted_and_could_not_run_runs_say_so() {
-    let mut r = Report::new("check", "192.0.2.1:7224");
+    let mut r = Report::new(pathdoc_core::Command::Check, "192.0.2.1:7224");
     r.findings
         .push(Finding::new("mtu", "path-mtu", Status::Pass, "fine"));
     r.interrupted = true;
     let html = render(&r);
     assert!(html.contains("data-status=\"interrupted\"") && html.contains("partial results"));
-    let mut r = Report::new("check", "192.0.2.1:7224");
+    let mut r = Report::new(pathdoc_core::Command::Check, "192.0.2.1:7224");
     r.findings.push(Finding::new(
         "mtu",
         pathdoc_core::report::CHECK_FAILED,

@@ -66,14 +66,46 @@ pub struct IdleConfig {
     pub udp: bool,
 }
 
+/// An idle run's settings before its server is known: validated up front (usage errors before
+/// any network work), and made an [`IdleConfig`] only by [`IdleOptions::for_server`], so no
+/// run can start against a placeholder address.
+#[derive(Debug, Clone)]
+pub struct IdleOptions(IdleConfig);
+
+impl Default for IdleOptions {
+    fn default() -> Self {
+        IdleOptions(IdleConfig::new(SocketAddr::from(([0, 0, 0, 0], 0))))
+    }
+}
+
+impl IdleOptions {
+    /// The settings to change (`server` and `token` are set by [`IdleOptions::for_server`]).
+    pub fn settings(&mut self) -> &mut IdleConfig {
+        &mut self.0
+    }
+
+    pub fn validate(&self) -> Result<(), IdleError> {
+        self.0.validate()
+    }
+
+    /// The run against `server`.
+    pub fn for_server(&self, server: SocketAddr, token: Option<String>) -> IdleConfig {
+        IdleConfig {
+            server,
+            token,
+            ..self.0.clone()
+        }
+    }
+}
+
 impl IdleConfig {
     pub fn new(server: SocketAddr) -> Self {
         IdleConfig {
             server,
             token: None,
-            horizon: Duration::from_secs(7800),
-            resolution: Duration::from_secs(10),
-            max_probes: 240,
+            horizon: crate::defaults::HORIZON,
+            resolution: crate::defaults::RESOLUTION,
+            max_probes: crate::defaults::MAX_PROBES as usize,
             client_initiated: true,
             keepalive: true,
             grace: None,

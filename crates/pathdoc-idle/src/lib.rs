@@ -12,6 +12,7 @@
 
 pub mod client;
 pub mod culprit;
+pub mod defaults;
 pub mod duration;
 pub mod hops;
 pub mod owner;
@@ -22,7 +23,7 @@ pub mod server;
 pub mod udp_client;
 pub mod verdict;
 
-pub use client::{run, IdleConfig, IdleError, IdleResult};
+pub use client::{run, IdleConfig, IdleError, IdleOptions, IdleResult};
 pub use duration::parse_duration;
 pub use server::IdleService;
 pub use verdict::FINDING_IDS;

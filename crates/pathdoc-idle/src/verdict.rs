@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use pathdoc_core::units::format_duration;
+use pathdoc_core::CheckName;
 use pathdoc_core::{Direction, Evidence, Finding, FindingId, Host, Quantity, Remedy, Status};
 use serde::Serialize;
 
@@ -20,7 +21,7 @@ use crate::owner::{box_remedies, Fault, Owner};
 use crate::schedule::{RFC4787_FLOOR, RFC4787_RECOMMENDED, RFC5382_FLOOR};
 use crate::udp_client::{UdpClass, UdpClassReport, UdpReport};
 
-const CHECK: &str = "idle";
+const CHECK: CheckName = CheckName::Idle;
 
 /// Every finding id the idle check emits.
 pub const FINDING_IDS: &[FindingId] = &[

@@ -9,6 +9,7 @@
 
 use pathdoc_core::busy::{describe as describe_busy, ServerBusy};
 use pathdoc_core::units::format_bytes;
+use pathdoc_core::CheckName;
 use pathdoc_core::{Evidence, Finding, FindingId, Host, Quantity, Remedy, Status};
 use serde::Serialize;
 
@@ -19,7 +20,7 @@ use crate::analysis::{
 use crate::search::SizeCap;
 use crate::wire::IcmpSeen;
 
-const CHECK: &str = "mtu";
+const CHECK: CheckName = CheckName::Mtu;
 
 /// Every finding id the mtu check emits. The direction is a field of the finding
 /// (`direction`), never part of the id: a report may hold one finding of an id per direction.

@@ -10,6 +10,7 @@
 //! The finding texts live in [`crate::verdicts`], the cross-direction comparison in
 //! [`crate::compare`], the formulas in [`crate::model`].
 
+use pathdoc_core::CheckName;
 use pathdoc_core::Finding;
 use serde::{Deserialize, Serialize};
 
@@ -20,7 +21,7 @@ use crate::spec::Direction;
 use crate::verdicts;
 
 /// Name of this check in findings and in `report.data`.
-pub const CHECK: &str = "throughput";
+pub const CHECK: CheckName = CheckName::Throughput;
 
 /// Fraction of the sender's busy time stuck on a window or buffer that makes it "the limit".
 pub const LIMITED_FRACTION: f64 = 0.2;

@@ -11,6 +11,9 @@ use pathdoc_sys::tcp_info::TcpInfo;
 
 /// Most data streams per direction a client may ask for (bounds server threads and memory).
 pub const MAX_STREAMS: u32 = 8;
+/// Longest test a client asks for from the command line (`pathdoc speed -t`,
+/// `--throughput-time`); a server caps it further with `--max-test`.
+pub const MAX_TEST_TIME: std::time::Duration = std::time::Duration::from_secs(3600);
 /// Tag bit of data connections on which the server sends (download direction).
 pub const DOWNLOAD_TAG: u32 = 0x1000;
 

@@ -436,7 +436,7 @@ pub fn rwnd_finding(d: &DirectionResult, b: &Basis) -> Finding {
         b.rwnd_limited_us, b.busy_us, b.label
     )))
     .evidence(Evidence::new("advertised receive window", Quantity::Bytes(window)).with_detail("sender tcpi_snd_wnd, median over the judged intervals (sum over streams)"))
-    .evidence(Evidence::new("window / RTT ceiling", Quantity::Rate(window_rate)))
+    .evidence(Evidence::new(pathdoc_core::check::evidence::WINDOW_RTT_CEILING, Quantity::Rate(window_rate)))
     .evidence(Evidence::new("data in flight (goodput × RTT)", Quantity::Bytes(b.in_flight_bytes() as u64)))
     .evidence(Evidence::new("congestion window", Quantity::Bytes(b.cwnd_bytes)).with_detail("median over the judged intervals, sum over streams"))
     .evidence(Evidence::new("bandwidth-delay product at the measured goodput", Quantity::Bytes(bdp_bytes(b.rate_bps, rtt) as u64)))

@@ -11,13 +11,14 @@
 //! - **network** — raw TCP on the same path is no faster: SSH is not the problem.
 
 use pathdoc_core::units::{format_byte_rate, format_bytes, format_rate};
+use pathdoc_core::CheckName;
 use pathdoc_core::{Evidence, Finding, FindingId, Host, Quantity, Remedy, Status};
 use serde::{Deserialize, Serialize};
 
 use crate::steady::{SideCpu, Steady, Way};
 use crate::transfer::Transfer;
 
-pub const CHECK: &str = "ssh";
+pub const CHECK: CheckName = CheckName::Ssh;
 
 /// Every finding id `pathdoc ssh` emits, with when and which statuses (docs/output.md lists
 /// them; the finding-id test keeps code, registry and docs equal). The verdict ids appear once
@@ -249,9 +250,6 @@ pub fn not_started_finding(way: Way) -> Finding {
     .direction(way.direction())
 }
 
-/// The `incomplete` reason of a transfer the user interrupted.
-pub const INTERRUPTED: &str = "interrupted";
-
 /// Every transfer of the direction was cut by the user too early: what was measured, and why it
 /// is not enough for a verdict.
 fn interrupted_finding(way: Way, cut: &[&Transfer]) -> Finding {
@@ -354,7 +352,10 @@ fn judged_transfer<'a>(
     if !mine.is_empty() && mine.iter().all(|t| t.interrupted()) {
         return Err(Box::new(interrupted_finding(way, &mine)));
     }
-    let why: Vec<String> = mine.iter().filter_map(|t| t.incomplete.clone()).collect();
+    let why: Vec<String> = mine
+        .iter()
+        .filter_map(|t| t.incomplete.as_ref().map(|i| i.to_string()))
+        .collect();
     Err(Box::new(
         Finding::new(
             CHECK,
@@ -611,8 +612,11 @@ fn connection_evidence(b: &Basis<'_>) -> Vec<Evidence> {
     }
     if let (Some(c), Some(ratio)) = (b.ceiling, b.window_ratio) {
         ev.push(
-            Evidence::new("window / RTT ceiling", Quantity::Rate(c))
-                .with_detail(format!("the SSH rate is {} of it", pct(ratio))),
+            Evidence::new(
+                pathdoc_core::check::evidence::WINDOW_RTT_CEILING,
+                Quantity::Rate(c),
+            )
+            .with_detail(format!("the SSH rate is {} of it", pct(ratio))),
         );
     }
     if let (Some(rw), Some(sb), Some(busy)) = (
@@ -1564,7 +1568,7 @@ mod tests {
         let mut short = steady(94.7e6, 0.1, 0.1, 5.0);
         short.to = short.from + 0.3;
         let mut t = transfer(Way::Upload, None, "aes128-gcm@openssh.com", short);
-        t.incomplete = Some(INTERRUPTED.into());
+        t.incomplete = Some(crate::transfer::Incomplete::Interrupted);
         let f = judge(Way::Upload, Some(93.8e6), None, std::slice::from_ref(&t));
         assert_eq!(
             (f.id.as_str(), f.status),
@@ -1619,9 +1623,9 @@ mod tests {
         let mut cut = steady(94.7e6, 0.1, 0.1, 5.0);
         cut.to = cut.from + 0.2;
         let mut interrupted = transfer(Way::Upload, None, chacha, cut);
-        interrupted.incomplete = Some(INTERRUPTED.into());
+        interrupted.incomplete = Some(crate::transfer::Incomplete::Interrupted);
         let dest = crate::SshDest::parse("nas").unwrap();
-        let mut idle_fail = pathdoc_core::Report::new("check", "nas");
+        let mut idle_fail = pathdoc_core::Report::new(pathdoc_core::Command::Check, "nas");
         idle_fail.findings.push(
             Finding::new("idle", "tcp-idle-timeout", Status::Fail, "x")
                 .remedy(pathdoc_core::Remedy::new("ssh").with_command("ServerAliveInterval 60")),

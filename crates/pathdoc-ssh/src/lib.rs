@@ -386,7 +386,7 @@ impl Transfers<'_> {
             format_rate(rate),
             format_byte_rate(rate / 8.0),
             t.incomplete
-                .as_deref()
+                .as_ref()
                 .map(|i| format!(" — {i}"))
                 .unwrap_or_default()
         ));

@@ -134,7 +134,7 @@ mod tests {
     #[test]
     fn keepalive_follows_an_idle_fail_only() {
         let d = dest("backup@nas");
-        let mut r = Report::new("check", "nas");
+        let mut r = Report::new(pathdoc_core::Command::Check, "nas");
         assert!(keepalive_finding(&d, &r).is_none());
         r.findings.push(
             Finding::new("idle", "tcp-idle-timeout", Status::Fail, "x")

@@ -73,13 +73,58 @@ pub struct Transfer {
     pub server_samples: Vec<SideSample>,
     /// Set when the transfer ended early (cut at its deadline, interrupted, remote error).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub incomplete: Option<String>,
+    pub incomplete: Option<Incomplete>,
+}
+
+/// Why a transfer ended early. In JSON it is the sentence the reports always had (`data.ssh`
+/// stays as it was): "interrupted", "cut after 12.3 s", or the failure in words.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum Incomplete {
+    /// The user stopped it (Ctrl-C/SIGTERM).
+    Interrupted,
+    /// A download still running at its deadline, cut after this many seconds.
+    Cut { after_s: f64 },
+    /// ssh failed or did not exit: the reason in words.
+    Failed(String),
+}
+
+const INTERRUPTED: &str = "interrupted";
+
+impl std::fmt::Display for Incomplete {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Incomplete::Interrupted => f.write_str(INTERRUPTED),
+            Incomplete::Cut { after_s } => write!(f, "cut after {after_s:.1} s"),
+            Incomplete::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<Incomplete> for String {
+    fn from(i: Incomplete) -> String {
+        i.to_string()
+    }
+}
+
+impl From<String> for Incomplete {
+    fn from(text: String) -> Incomplete {
+        let cut = text
+            .strip_prefix("cut after ")
+            .and_then(|rest| rest.strip_suffix(" s"))
+            .and_then(|n| n.parse::<f64>().ok());
+        match (text.as_str(), cut) {
+            (INTERRUPTED, _) => Incomplete::Interrupted,
+            (_, Some(after_s)) => Incomplete::Cut { after_s },
+            _ => Incomplete::Failed(text),
+        }
+    }
 }
 
 impl Transfer {
     /// The user stopped it (Ctrl-C/SIGTERM) before it ended on its own.
     pub fn interrupted(&self) -> bool {
-        self.incomplete.as_deref() == Some(crate::analysis::INTERRUPTED)
+        self.incomplete == Some(Incomplete::Interrupted)
     }
 
     /// The negotiated cipher for this transfer's direction.
@@ -298,7 +343,7 @@ fn start(dest: &SshDest, spec: &TransferSpec, log: &LogFile) -> Result<Started, 
 struct Samples {
     client: Vec<SideSample>,
     server: Vec<SideSample>,
-    incomplete: Option<String>,
+    incomplete: Option<Incomplete>,
 }
 
 /// Sample both ends every [`SAMPLE_EVERY`] until the data is through, the user interrupts, or
@@ -327,12 +372,14 @@ fn sample_both_ends(
             break;
         }
         if cancel.is_cancelled() {
-            out.incomplete = Some(crate::analysis::INTERRUPTED.to_string());
+            out.incomplete = Some(Incomplete::Interrupted);
             break;
         }
         if t >= cut_at {
             if spec.way == Way::Download {
-                out.incomplete = Some(format!("cut after {:.1} s", t.as_secs_f64()));
+                out.incomplete = Some(Incomplete::Cut {
+                    after_s: t.as_secs_f64(),
+                });
             }
             break;
         }
@@ -372,7 +419,7 @@ fn finish(
     log: &LogFile,
     mut started: Started,
     writer: Option<std::thread::JoinHandle<u64>>,
-    incomplete: &mut Option<String>,
+    incomplete: &mut Option<Incomplete>,
 ) -> Finished {
     let progress = &started.progress;
     progress.stop.store(true, Ordering::Relaxed);
@@ -398,9 +445,15 @@ fn finish(
                     stdout: String::new(),
                     stderr: format!("{err_text}\n{}", stderr_snapshot(&log_text)),
                 };
-                *incomplete = Some(process::classify(dest, &run, "the SSH transfer").to_string());
+                *incomplete = Some(Incomplete::Failed(
+                    process::classify(dest, &run, "the SSH transfer").to_string(),
+                ));
             }
-            None => *incomplete = Some("ssh did not exit after the transfer; killed".into()),
+            None => {
+                *incomplete = Some(Incomplete::Failed(
+                    "ssh did not exit after the transfer; killed".into(),
+                ))
+            }
         }
     }
     let (payload_bytes, seconds) = match spec.way {
@@ -549,6 +602,28 @@ mod tests {
             "u@h",
         ] {
             assert!(args.iter().any(|a| a == w), "{w} missing: {args:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod incomplete_tests {
+    use super::Incomplete;
+
+    /// `incomplete` in `data.ssh` reads and writes as the sentences it always was.
+    #[test]
+    fn reasons_round_trip_as_their_sentences() {
+        for (text, reason) in [
+            ("interrupted", Incomplete::Interrupted),
+            ("cut after 12.3 s", Incomplete::Cut { after_s: 12.3 }),
+            (
+                "ssh did not exit after the transfer; killed",
+                Incomplete::Failed("ssh did not exit after the transfer; killed".into()),
+            ),
+        ] {
+            let json = serde_json::to_string(&reason).unwrap();
+            assert_eq!(json, format!("\"{text}\""));
+            assert_eq!(serde_json::from_str::<Incomplete>(&json).unwrap(), reason);
         }
     }
 }

@@ -328,7 +328,7 @@ fn build_report(
         .map(|p| p.name.as_str())
         .collect::<Vec<_>>()
         .join(" + ");
-    let mut report = Report::new("analyze", target);
+    let mut report = Report::new(pathdoc_core::Command::Analyze, target);
     let mut captures = Vec::new();
     for (i, p) in passes.iter().enumerate() {
         let side = if passes.len() == 2 {

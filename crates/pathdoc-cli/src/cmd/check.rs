@@ -9,15 +9,13 @@ use std::cell::Cell;
 use std::net::SocketAddr;
 
 use anyhow::Context;
-use clap::Args;
-use pathdoc_core::Report;
-use pathdoc_idle::IdleConfig;
-use pathdoc_mtu::MtuOptions;
+use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches};
+use pathdoc_core::{CheckName, Report};
 use tokio_util::sync::CancellationToken;
 
-use super::check_speed::ThroughputPlan;
 pub use super::client::ServerTarget;
 use super::client::{self, TargetPlan};
+use crate::checks::{Check, ClientCheck, ClientSide, CHECKS};
 use crate::error::CliError;
 use crate::progress::TerminalProgress;
 use crate::{interrupt, output, Global};
@@ -41,25 +39,101 @@ pub struct CheckArgs {
     /// (nothing to install there; your ssh config, keys and known_hosts apply). docs/ssh.md.
     #[arg(long, value_name = "[USER@]HOST[:PORT]")]
     pub ssh: Option<String>,
-    /// Run the path-MTU check (both directions, black holes, MSS clamping).
-    #[arg(long)]
-    pub mtu: bool,
-    /// Run the throughput check (both directions and what limits each).
-    #[arg(long)]
-    pub throughput: bool,
-    /// Run the idle-timeout check (NAT/firewall state timeouts; long: up to 2 h 10 min).
-    #[arg(long)]
-    pub idle: bool,
+    /// `--mtu`, `--throughput`, `--idle` and each check's own options, from the check registry.
     #[command(flatten)]
-    pub mtu_opts: super::check_mtu::MtuArgs,
-    #[command(flatten)]
-    pub throughput_opts: super::check_speed::ThroughputArgs,
-    #[command(flatten)]
-    pub idle_opts: super::check_idle::IdleArgs,
+    pub checks: CheckSelection,
     #[command(flatten)]
     pub html: super::report_html::HtmlReportArgs,
     #[command(flatten)]
     pub ssh_opts: super::ssh::SshClientArgs,
+}
+
+/// The registry's checks on the command line: a `--<flag>` per check that `pathdoc check` runs,
+/// then each one's option group. Parsed values stay in the matches until [`Self::steps`]
+/// resolves them (clap's errors are usage errors; a check's own validation is too).
+#[derive(Clone)]
+pub struct CheckSelection {
+    matches: ArgMatches,
+    registry: &'static [Check],
+}
+
+impl std::fmt::Debug for CheckSelection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckSelection")
+            .field("matches", &self.matches)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CheckSelection {
+    /// Adds the selection flags and option groups of `registry`'s client checks to `cmd`.
+    pub fn augment(mut cmd: clap::Command, registry: &'static [Check]) -> clap::Command {
+        for (check, side) in client_checks(registry) {
+            cmd = cmd.arg(
+                Arg::new(check.name.as_str())
+                    .long(side.flag)
+                    .help(side.help)
+                    .action(ArgAction::SetTrue),
+            );
+        }
+        for (_, side) in client_checks(registry) {
+            // A group's heading must not carry over to the options after it.
+            cmd = (side.options)(cmd).next_help_heading(None::<&str>);
+        }
+        cmd
+    }
+
+    pub fn from_matches(matches: &ArgMatches, registry: &'static [Check]) -> Self {
+        CheckSelection {
+            matches: matches.clone(),
+            registry,
+        }
+    }
+
+    /// The checks to run, in registry order (short ones first), each resolved from its options.
+    /// None selected means all. Every option is validated, also those of checks not selected:
+    /// a typo is a typo.
+    pub fn steps(&self) -> Result<Vec<Step>, CliError> {
+        let selected = |c: &Check| self.matches.get_flag(c.name.as_str());
+        let all = !client_checks(self.registry).any(|(c, _)| selected(c));
+        let mut steps = Vec::new();
+        for (check, side) in client_checks(self.registry) {
+            let ready = (side.resolve)(&self.matches)?;
+            if all || selected(check) {
+                steps.push(Step { check, ready });
+            }
+        }
+        Ok(steps)
+    }
+}
+
+fn client_checks(
+    registry: &'static [Check],
+) -> impl Iterator<Item = (&'static Check, &'static ClientSide)> {
+    registry
+        .iter()
+        .filter_map(|c| c.client.as_ref().map(|side| (c, side)))
+}
+
+impl FromArgMatches for CheckSelection {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        Ok(CheckSelection::from_matches(matches, CHECKS))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        *self = CheckSelection::from_matches(matches, self.registry);
+        Ok(())
+    }
+}
+
+impl Args for CheckSelection {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        CheckSelection::augment(cmd, CHECKS)
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        CheckSelection::augment(cmd, CHECKS)
+    }
 }
 
 /// What a check module gets to run with.
@@ -71,20 +145,15 @@ pub struct CheckContext<'a> {
     pub cancel: CancellationToken,
 }
 
-/// One check of the run, with its validated options.
-enum Step {
-    Mtu(MtuOptions),
-    Throughput(ThroughputPlan),
-    Idle(IdleConfig),
+/// One check of the run, with its options resolved.
+pub struct Step {
+    pub check: &'static Check,
+    pub ready: Box<dyn ClientCheck>,
 }
 
 impl Step {
-    fn name(&self) -> &'static str {
-        match self {
-            Step::Mtu(_) => "mtu",
-            Step::Throughput(_) => pathdoc_speed::CHECK,
-            Step::Idle(_) => "idle",
-        }
+    fn name(&self) -> CheckName {
+        self.check.name
     }
 }
 
@@ -94,31 +163,9 @@ struct Plan {
     steps: Vec<Step>,
 }
 
-impl CheckArgs {
-    fn steps(&self) -> Result<Vec<Step>, CliError> {
-        let all = !(self.mtu || self.throughput || self.idle);
-        // Every option is validated, also those of checks not selected: a typo is a typo.
-        let mtu = self.mtu_opts.options()?;
-        let throughput = self.throughput_opts.plan()?;
-        let idle = self.idle_opts.config()?;
-        let mut steps = Vec::new();
-        // Short checks first; the idle check can take hours.
-        if all || self.mtu {
-            steps.push(Step::Mtu(mtu));
-        }
-        if all || self.throughput {
-            steps.push(Step::Throughput(throughput));
-        }
-        if all || self.idle {
-            steps.push(Step::Idle(idle));
-        }
-        Ok(steps)
-    }
-}
-
 pub fn run(mut args: CheckArgs, global: Global) -> anyhow::Result<i32> {
     // Every option is checked before any network work, the SSH bootstrap included.
-    let steps = args.steps()?;
+    let steps = args.checks.steps()?;
     let html = args.html.prepare()?;
     let progress = TerminalProgress::new(global);
     // --ssh: the temporary server becomes the target; keep its guard until the report is out.
@@ -158,7 +205,7 @@ async fn run_plan(
     let cancel = interrupt::install(global.quiet).context("installing the Ctrl-C handler")?;
     let reached = client::reach(&args.target, &plan.target, progress, &cancel).await?;
     let mut report = Report::new(
-        "check",
+        pathdoc_core::Command::Check,
         client::target_label(&plan.target, reached.as_ref()),
     );
     let Some(reached) = reached else {
@@ -202,6 +249,12 @@ async fn run_plan(
     Ok(report)
 }
 
+/// [`run_steps`] without the progress counters, for the registry's toy check.
+#[cfg(test)]
+pub async fn run_steps_for_test(ctx: &CheckContext<'_>, steps: &[Step], report: &mut Report) {
+    run_steps(ctx, steps, report, &Cell::new(0), &Cell::new(0)).await;
+}
+
 async fn run_steps(
     ctx: &CheckContext<'_>,
     steps: &[Step],
@@ -214,11 +267,7 @@ async fn run_steps(
             return;
         }
         started.set(i + 1);
-        let result = match step {
-            Step::Mtu(opts) => super::check_mtu::run(ctx, opts, report).await,
-            Step::Throughput(plan) => super::check_speed::run(ctx, plan, report).await,
-            Step::Idle(cfg) => super::check_idle::run(ctx, cfg, report).await,
-        };
+        let result = (step.ready.run(ctx).await).map(|o| client::add(report, step.name(), o));
         client::record(report, step.name(), result, ctx.cancel.is_cancelled());
         finished.set(i + 1);
     }

@@ -2,15 +2,15 @@
 //!
 //! Flags are prefixed `--idle-` so they never collide with other checks' flags.
 
-use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use clap::Args;
-use pathdoc_core::Report;
-use pathdoc_idle::IdleConfig;
+use clap::{ArgMatches, Args};
+use pathdoc_core::CheckOutcome;
+use pathdoc_idle::{defaults, IdleOptions};
 
 use super::check::CheckContext;
 use crate::args::{duration, ms, secs};
+use crate::checks::{resolved, CheckFuture, ClientCheck};
 use crate::error::CliError;
 
 /// `--idle-max-probes`'s help, with the server's real default per-address connection limit.
@@ -30,7 +30,8 @@ pub struct IdleArgs {
     /// Resolution of the measured timeout.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration(ms(200), secs(3600)))]
     pub idle_resolution: Duration,
-    #[arg(long, value_name = "N", default_value_t = 240, help = idle_max_probes_help(), value_parser = clap::value_parser!(u32).range(8..=1000))]
+    #[arg(long, value_name = "N", default_value_t = defaults::MAX_PROBES, help = idle_max_probes_help(),
+          value_parser = clap::value_parser!(u32).range(defaults::MAX_PROBES_FLOOR as i64..=defaults::MAX_PROBES_CEILING as i64))]
     pub idle_max_probes: u32,
     /// How long a probe may take to arrive before it counts as lost (default: from the RTT).
     #[arg(long, value_name = "DURATION", value_parser = duration(ms(10), secs(60)))]
@@ -55,10 +56,11 @@ pub struct IdleArgs {
 }
 
 impl IdleArgs {
-    /// The check's settings, validated before any network work; the server address is filled
-    /// in once the preflight has found it.
-    pub fn config(&self) -> Result<IdleConfig, CliError> {
-        let mut cfg = IdleConfig::new(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
+    /// The check's settings, validated before any network work; they become a run once the
+    /// preflight has found the server.
+    pub fn options(&self) -> Result<IdleOptions, CliError> {
+        let mut options = IdleOptions::default();
+        let cfg = options.settings();
         cfg.horizon = self.idle_max;
         cfg.resolution = self.idle_resolution;
         cfg.max_probes = self.idle_max_probes as usize;
@@ -75,22 +77,55 @@ impl IdleArgs {
                 pathdoc_core::units::format_duration(cfg.resolution)
             )));
         }
-        cfg.validate()
+        options
+            .validate()
             .map_err(|e| CliError::usage(format!("idle options: {e}")))?;
-        Ok(cfg)
+        Ok(options)
     }
 }
 
-pub async fn run(
-    ctx: &CheckContext<'_>,
-    cfg: &IdleConfig,
-    report: &mut Report,
-) -> anyhow::Result<()> {
-    let mut cfg = cfg.clone();
-    cfg.server = ctx.server;
-    cfg.token = ctx.auth_token.clone();
+/// `--idle`'s options resolved: the check ready to run.
+pub fn resolve(matches: &ArgMatches) -> Result<Box<dyn ClientCheck>, CliError> {
+    resolved(matches, |args: IdleArgs| {
+        Ok(Box::new(IdleCheck(args.options()?)))
+    })
+}
+
+struct IdleCheck(IdleOptions);
+
+impl ClientCheck for IdleCheck {
+    fn run<'a>(&'a self, ctx: &'a CheckContext<'a>) -> CheckFuture<'a> {
+        Box::pin(run(ctx, &self.0))
+    }
+}
+
+async fn run(ctx: &CheckContext<'_>, options: &IdleOptions) -> anyhow::Result<CheckOutcome> {
+    let cfg = options.for_server(ctx.server, ctx.auth_token.clone());
     let result = pathdoc_idle::run(&cfg, ctx.progress, &ctx.cancel).await?;
-    report.findings.extend(result.findings);
-    report.data.insert("idle".to_string(), result.data);
-    Ok(())
+    Ok(CheckOutcome {
+        findings: result.findings,
+        data: result.data,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        idle: IdleArgs,
+    }
+
+    /// clap's default texts ("2h10m", "10s") say what pathdoc_idle::defaults holds.
+    #[test]
+    fn flag_defaults_are_the_checks_defaults() {
+        let args = Cli::try_parse_from(["t"]).unwrap().idle;
+        assert_eq!(args.idle_max, defaults::HORIZON);
+        assert_eq!(args.idle_resolution, defaults::RESOLUTION);
+        assert_eq!(args.idle_max_probes, defaults::MAX_PROBES);
+    }
 }

@@ -4,13 +4,14 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Args;
-use pathdoc_core::{Progress, Report};
+use clap::{ArgMatches, Args};
+use pathdoc_core::{CheckOutcome, Progress};
 use pathdoc_mtu::wire::{MAX_ATTEMPTS, MAX_BULK_MS, MAX_PROBE_SIZE, MAX_WAIT_MS, MIN_PROBE_SIZE};
 use pathdoc_mtu::MtuOptions;
 
 use super::check::CheckContext;
 use crate::args::{duration, duration_or_zero, ms};
+use crate::checks::{resolved, CheckFuture, ClientCheck};
 use crate::error::CliError;
 
 #[derive(Args, Debug, Clone)]
@@ -79,11 +80,22 @@ impl MtuArgs {
     }
 }
 
-pub async fn run(
-    ctx: &CheckContext<'_>,
-    opts: &MtuOptions,
-    report: &mut Report,
-) -> anyhow::Result<()> {
+/// `--mtu`'s options resolved: the check ready to run.
+pub fn resolve(matches: &ArgMatches) -> Result<Box<dyn ClientCheck>, CliError> {
+    resolved(matches, |args: MtuArgs| {
+        Ok(Box::new(MtuCheck(args.options()?)))
+    })
+}
+
+struct MtuCheck(MtuOptions);
+
+impl ClientCheck for MtuCheck {
+    fn run<'a>(&'a self, ctx: &'a CheckContext<'a>) -> CheckFuture<'a> {
+        Box::pin(run(ctx, &self.0))
+    }
+}
+
+async fn run(ctx: &CheckContext<'_>, opts: &MtuOptions) -> anyhow::Result<CheckOutcome> {
     ctx.progress
         .note("mtu: probing the path MTU both ways (a few seconds)");
     let result = pathdoc_mtu::run_check(
@@ -95,11 +107,12 @@ pub async fn run(
     )
     .await
     .with_context(|| format!("mtu check against {}", ctx.server))?;
-    report.findings.extend(result.findings);
-    report.data.insert(
-        "mtu".to_string(),
-        serde_json::to_value(&result.data).context("serializing the mtu probe table")?,
-    );
+    let outcome = CheckOutcome {
+        findings: result.findings,
+        data: result.data,
+    }
+    .into_json()
+    .context("serializing the mtu probe table")?;
     ctx.progress.status("mtu: done");
-    Ok(())
+    Ok(outcome)
 }

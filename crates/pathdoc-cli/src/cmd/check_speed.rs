@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use clap::Args;
-use pathdoc_core::Report;
+use clap::{ArgMatches, Args};
 use pathdoc_speed::{Mode, SpeedOptions};
 
 use super::check::CheckContext;
 use super::speed::{congestion_control, measure};
-use crate::args::{duration, ms, secs};
+use crate::args::{duration, ms};
+use crate::checks::{resolved, CheckFuture, ClientCheck};
 use crate::error::CliError;
 
 #[derive(Args, Debug, Clone)]
@@ -18,7 +18,7 @@ use crate::error::CliError;
 pub struct ThroughputArgs {
     /// Length of each direction's throughput test.
     #[arg(long = "throughput-time", value_name = "DURATION", default_value = "5s",
-          value_parser = duration(ms(100), secs(3600)))]
+          value_parser = duration(ms(100), pathdoc_speed::spec::MAX_TEST_TIME))]
     pub time: Duration,
     /// Parallel streams per direction in the throughput test.
     #[arg(long = "throughput-streams", value_name = "N", default_value_t = 1,
@@ -63,19 +63,20 @@ impl ThroughputArgs {
     }
 }
 
-pub async fn run(
-    ctx: &CheckContext<'_>,
-    plan: &ThroughputPlan,
-    report: &mut Report,
-) -> anyhow::Result<()> {
-    measure(
-        ctx.server,
-        ctx.auth_token.clone(),
-        &plan.tests,
-        plan.compare_cc,
-        ctx.progress,
-        &ctx.cancel,
-        report,
-    )
-    .await
+/// `--throughput`'s options resolved: the check ready to run.
+pub fn resolve(matches: &ArgMatches) -> Result<Box<dyn ClientCheck>, CliError> {
+    resolved(matches, |args: ThroughputArgs| Ok(Box::new(args.plan()?)))
+}
+
+impl ClientCheck for ThroughputPlan {
+    fn run<'a>(&'a self, ctx: &'a CheckContext<'a>) -> CheckFuture<'a> {
+        Box::pin(measure(
+            ctx.server,
+            ctx.auth_token.clone(),
+            &self.tests,
+            self.compare_cc,
+            ctx.progress,
+            &ctx.cancel,
+        ))
+    }
 }

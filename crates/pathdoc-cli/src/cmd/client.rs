@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use clap::Args;
 use pathdoc_core::report::{CHECK_FAILED, CHECK_INTERRUPTED, CHECK_NOT_RUN};
-use pathdoc_core::{Finding, Progress, Report, Status};
+use pathdoc_core::{CheckName, CheckOutcome, Finding, Progress, Report, Status};
 use pathdoc_proto::preflight::{self, PreflightOptions, Reached};
 use pathdoc_proto::target::{Family, Target};
 use tokio_util::sync::CancellationToken;
@@ -205,10 +205,18 @@ pub async fn until_stopped<F: std::future::Future>(
         .ok()
 }
 
+/// A check's outcome into the report: its findings, and its measurements as `data.<check>`.
+pub fn add(report: &mut Report, check: CheckName, outcome: CheckOutcome) {
+    report.findings.extend(outcome.findings);
+    report
+        .data
+        .insert(check.data_key().to_string(), outcome.data);
+}
+
 /// Turn one check's result into findings: an error is "could not run" (or "stopped early" when
 /// the check had already reported something), or — after the user's interrupt — "interrupted
 /// before it measured anything".
-pub fn record(report: &mut Report, check: &str, result: anyhow::Result<()>, cancelled: bool) {
+pub fn record(report: &mut Report, check: CheckName, result: anyhow::Result<()>, cancelled: bool) {
     let Err(e) = result else { return };
     let reason = crate::error::without_os_error(&format!("{e:#}"));
     let finding = if cancelled {
@@ -232,7 +240,7 @@ pub fn record(report: &mut Report, check: &str, result: anyhow::Result<()>, canc
 }
 
 /// A check the interrupt came too early for.
-pub fn not_run(report: &mut Report, check: &str, what: &str) {
+pub fn not_run(report: &mut Report, check: CheckName, what: &str) {
     report.findings.push(Finding::new(
         check,
         CHECK_NOT_RUN,
@@ -242,7 +250,7 @@ pub fn not_run(report: &mut Report, check: &str, what: &str) {
 }
 
 /// A check that did not stop within the grace after the interrupt and was abandoned.
-pub fn abandoned(report: &mut Report, check: &str) {
+pub fn abandoned(report: &mut Report, check: CheckName) {
     report.findings.push(
         Finding::new(
             check,

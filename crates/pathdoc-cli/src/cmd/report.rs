@@ -127,7 +127,7 @@ mod tests {
 
     #[test]
     fn reads_its_own_html_back() {
-        let mut r = Report::new("check", "192.0.2.1:7224");
+        let mut r = Report::new(pathdoc_core::Command::Check, "192.0.2.1:7224");
         r.findings.push(pathdoc_core::Finding::new(
             "mtu",
             "x",

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 use pathdoc_core::units::{format_duration, parse_duration};
-use pathdoc_server::{Limits, Server, ServerConfig, Service};
+use pathdoc_server::{Limits, Server, ServerConfig};
 
 use crate::Global;
 
@@ -156,15 +156,6 @@ impl ServerArgs {
     }
 }
 
-/// The services this binary serves; each check crate contributes one.
-fn services() -> Vec<Arc<dyn Service>> {
-    vec![
-        Arc::new(pathdoc_idle::IdleService::new()),
-        pathdoc_mtu::MtuService::new(),
-        Arc::new(pathdoc_speed::SpeedService::new()),
-    ]
-}
-
 /// Threads of the runtime's blocking pool (the throughput service joins its stream threads
 /// there; the server does no other blocking work on it).
 const MAX_BLOCKING_THREADS: usize = 16;
@@ -223,7 +214,8 @@ fn start(args: ServerArgs, global: Global) -> anyhow::Result<i32> {
         .context("starting the async runtime")?;
     runtime.block_on(async move {
         let mut server = Server::new(config);
-        for service in services() {
+        // Each registered check brings its far end (crate::checks).
+        for service in crate::checks::services() {
             server = server.with_service(service);
         }
         if args.ssh_evidence {

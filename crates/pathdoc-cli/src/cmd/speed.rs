@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use anyhow::Context;
 use clap::Args;
-use pathdoc_core::{Progress, Report};
+use pathdoc_core::{CheckOutcome, Progress, Report};
 use pathdoc_speed::{Mode, SpeedOptions};
 
 use super::client::{self, ServerTarget};
@@ -50,7 +50,7 @@ pub struct SpeedArgs {
     pub streams: u32,
     /// Test length, e.g. 10s, 500ms, 1m (a bare number is seconds, as in iperf3).
     #[arg(long, short = 't', value_name = "DURATION", default_value = "10s",
-          value_parser = seconds_or_duration(ms(100), secs(3600)))]
+          value_parser = seconds_or_duration(ms(100), pathdoc_speed::spec::MAX_TEST_TIME))]
     pub time: Duration,
     /// Stop after this many payload bytes per direction instead, e.g. 1GiB, 500MB.
     #[arg(long, short = 'n', value_name = "BYTES", value_parser = bytes(1, 1 << 50))]
@@ -139,7 +139,10 @@ pub fn run(mut args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
     let mut report = runtime.block_on(async {
         let cancel = interrupt::install(global.quiet).context("installing the Ctrl-C handler")?;
         let reached = client::reach(&args.target, &target, &progress, &cancel).await?;
-        let mut report = Report::new("speed", client::target_label(&target, reached.as_ref()));
+        let mut report = Report::new(
+            pathdoc_core::Command::Speed,
+            client::target_label(&target, reached.as_ref()),
+        );
         let check = pathdoc_speed::CHECK;
         match reached {
             None => client::not_run(&mut report, check, "the throughput test"),
@@ -151,10 +154,10 @@ pub fn run(mut args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
                     args.compare_cc,
                     &progress,
                     &cancel,
-                    &mut report,
                 );
                 match client::until_stopped(work, &cancel).await {
                     Some(result) => {
+                        let result = result.map(|o| client::add(&mut report, check, o));
                         client::record(&mut report, check, result, cancel.is_cancelled())
                     }
                     None => client::abandoned(&mut report, check),
@@ -179,6 +182,7 @@ pub fn run(mut args: SpeedArgs, global: Global) -> anyhow::Result<i32> {
 /// raw data to `report`. Shared with `pathdoc check`. The running and judging is
 /// `pathdoc_speed::measure`; an error here means the first test could not run at all (later
 /// failures and Ctrl-C come back as findings next to what was measured).
+/// A sequence of throughput tests: its findings and `data.throughput`.
 pub async fn measure(
     server: SocketAddr,
     token: Option<String>,
@@ -186,8 +190,7 @@ pub async fn measure(
     compare: bool,
     progress: &dyn Progress,
     cancel: &CancellationToken,
-    report: &mut Report,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<CheckOutcome> {
     let first = tests.first().map_or(Mode::Upload, |t| t.mode);
     let m = pathdoc_speed::measure(server, token, tests, compare, progress, cancel)
         .await
@@ -197,11 +200,10 @@ pub async fn measure(
                 pathdoc_speed::measure::mode_label(first)
             )
         })?;
-    report.findings.extend(m.findings.iter().cloned());
-    report
-        .data
-        .insert(pathdoc_speed::CHECK.to_string(), m.data());
-    Ok(())
+    Ok(CheckOutcome {
+        findings: m.findings.clone(),
+        data: m.data(),
+    })
 }
 
 #[cfg(test)]

@@ -235,7 +235,10 @@ pub fn run(args: SshArgs, global: Global) -> anyhow::Result<i32> {
     let result = pathdoc_ssh::run(&dest, &opts, &runtime, &progress, &cancel);
     progress.finish();
     let measured = result?;
-    let mut report = Report::new("ssh", pathdoc_ssh::next_step::spec(&dest));
+    let mut report = Report::new(
+        pathdoc_core::Command::Ssh,
+        pathdoc_ssh::next_step::spec(&dest),
+    );
     report.interrupted = measured.interrupted;
     report.findings = measured.findings(dest.host());
     report.data.insert(

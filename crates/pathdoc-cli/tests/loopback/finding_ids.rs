@@ -10,33 +10,57 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use pathdoc_core::FindingId;
+use pathdoc_core::CheckName;
 
-/// Each check's doc section, the crate whose sources emit its findings, and its registry.
-/// A check crate without a registry yet is listed with `None` and checked once it has one.
-fn checks() -> Vec<(&'static str, &'static str, Option<&'static [FindingId]>)> {
-    vec![
-        ("idle", "pathdoc-idle", Some(pathdoc_idle::FINDING_IDS)),
-        ("mtu", "pathdoc-mtu", Some(pathdoc_mtu::FINDING_IDS)),
-        (
-            "throughput",
-            "pathdoc-speed",
-            Some(pathdoc_speed::FINDING_IDS),
-        ),
-        ("ssh", "pathdoc-ssh", Some(pathdoc_ssh::FINDING_IDS)),
-        // Its ids come from pathdoc-analyze and from the analyze command in pathdoc-cli (those
-        // name the check "analyze" literally), all in pathdoc-analyze's registry.
-        (
-            "analyze",
-            "pathdoc-analyze",
-            Some(pathdoc_analyze::FINDING_IDS),
-        ),
-        (
-            "any check",
-            "pathdoc-cli",
-            Some(pathdoc_core::GENERIC_FINDING_IDS),
-        ),
-    ]
+/// One registered finding id.
+struct Registered {
+    id: String,
+    meaning: String,
+}
+
+/// The check registry (crates/pathdoc-cli/src/checks.rs) as `pathdoc registry` prints it.
+fn registry() -> serde_json::Value {
+    let out = std::process::Command::new(crate::support::PATHDOC)
+        .arg("registry")
+        .output()
+        .expect("running pathdoc registry");
+    assert!(out.status.success(), "pathdoc registry: {out:?}");
+    serde_json::from_slice(&out.stdout).expect("pathdoc registry prints JSON")
+}
+
+fn ids(list: &serde_json::Value) -> Vec<Registered> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|i| Registered {
+            id: i["id"].as_str().unwrap().to_string(),
+            meaning: i["meaning"].as_str().unwrap().to_string(),
+        })
+        .collect()
+}
+
+/// Each registered check's doc section (its name), the crate whose sources emit its findings,
+/// and its ids; then the generic ids every front end emits, in pathdoc-core's registry.
+fn checks() -> Vec<(String, String, Vec<Registered>)> {
+    let registry = registry();
+    let mut out: Vec<(String, String, Vec<Registered>)> = registry["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                c["crate"].as_str().unwrap().to_string(),
+                ids(&c["finding_ids"]),
+            )
+        })
+        .collect();
+    out.push((
+        "any check".to_string(),
+        "pathdoc-cli".to_string(),
+        ids(&registry["generic_finding_ids"]),
+    ));
+    out
 }
 
 fn workspace() -> PathBuf {
@@ -311,7 +335,11 @@ fn string_consts() -> BTreeMap<String, String> {
 type Emitted = BTreeMap<String, BTreeMap<String, String>>;
 
 fn emitted() -> (Emitted, BTreeMap<String, Vec<String>>) {
-    let defaults: BTreeMap<&str, &str> = checks().iter().map(|(c, k, _)| (*k, *c)).collect();
+    let checks = checks();
+    let defaults: BTreeMap<&str, &str> = checks
+        .iter()
+        .map(|(c, k, _)| (k.as_str(), c.as_str()))
+        .collect();
     let mut ids: Emitted = BTreeMap::new();
     let mut problems: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let crates = workspace().join("crates");
@@ -324,12 +352,21 @@ fn emitted() -> (Emitted, BTreeMap<String, Vec<String>>) {
         }
         rust_files(&src_dir, &mut files);
         for f in files {
-            let src = without_tests(&std::fs::read_to_string(&f).unwrap());
+            let raw = std::fs::read_to_string(&f).unwrap();
+            // A whole file of tests (`#![cfg(test)]`, e.g. checks/toy.rs) emits nothing.
+            if raw.contains("\n#![cfg(test)]") {
+                continue;
+            }
+            let src = without_tests(&raw);
             let own_check = src.lines().find_map(|l| {
                 let l = l.trim_start().trim_start_matches("pub ");
-                l.strip_prefix("const CHECK: &str = \"")
-                    .and_then(|v| v.strip_suffix("\";"))
-                    .map(String::from)
+                let variant = l
+                    .strip_prefix("const CHECK: CheckName = CheckName::")?
+                    .strip_suffix(';')?;
+                let name = CheckName::ALL
+                    .into_iter()
+                    .find(|c| format!("{c:?}") == variant)?;
+                Some(name.as_str().to_string())
             });
             let mut from = 0;
             while let Some(i) = src[from..].find("Finding::new(") {
@@ -395,7 +432,8 @@ fn documented() -> BTreeMap<String, BTreeSet<String>> {
 /// against nothing: its ids could drift unnoticed.
 #[test]
 fn every_check_that_emits_findings_is_listed() {
-    let listed: BTreeSet<&str> = checks().iter().map(|(c, _, _)| *c).collect();
+    let checks = checks();
+    let listed: BTreeSet<&str> = checks.iter().map(|(c, _, _)| c.as_str()).collect();
     let (emitted, unreadable) = emitted();
     let unlisted: Vec<String> = emitted
         .keys()
@@ -407,7 +445,7 @@ fn every_check_that_emits_findings_is_listed() {
                 .and_then(|ids| ids.values().next().cloned())
                 .or_else(|| unreadable.get(c).and_then(|p| p.first().cloned()))
                 .unwrap_or_default();
-            format!("check `{c}` (e.g. {place}) is not in checks()")
+            format!("check `{c}` (e.g. {place}) is not in the check registry (crates/pathdoc-cli/src/checks.rs)")
         })
         .collect();
     assert!(unlisted.is_empty(), "\n{}", unlisted.join("\n"));
@@ -419,18 +457,16 @@ fn every_emitted_id_is_registered_and_documented_and_every_documented_id_exists(
     let (emitted, unreadable) = emitted();
     let mut problems = Vec::new();
     for (check, krate, registry) in checks() {
-        let Some(registry) = registry else {
-            eprintln!("{check}: no FINDING_IDS registry in {krate} yet; not checked");
-            continue;
-        };
+        let check = check.as_str();
+        assert!(!registry.is_empty(), "{check}: no finding ids registered");
         let registered: BTreeSet<String> = registry.iter().map(|i| i.id.to_string()).collect();
         assert_eq!(
             registered.len(),
             registry.len(),
             "{check}: an id is registered twice"
         );
-        for i in registry {
-            assert!(is_id(i.id), "{check}: `{}` is not a kebab-case id", i.id);
+        for i in &registry {
+            assert!(is_id(&i.id), "{check}: `{}` is not a kebab-case id", i.id);
             assert!(!i.meaning.is_empty(), "{check}: `{}` has no meaning", i.id);
         }
         problems.extend(unreadable.get(check).cloned().unwrap_or_default());
@@ -522,4 +558,36 @@ fn the_source_reader_sees_through_locals_and_closures() {
         resolve("pathdoc_core::report::CHECK_FAILED", &src, local).unwrap(),
         vec!["check-failed"]
     );
+}
+
+/// Every registered check has its docs page, and every check `pathdoc check` runs has its far
+/// end in `pathdoc server` and an exporter module documented in docs/exporter.md.
+#[test]
+fn every_registered_check_has_docs_ids_and_a_server_service() {
+    let mut problems = Vec::new();
+    let exporter_doc = std::fs::read_to_string(workspace().join("docs/exporter.md")).unwrap();
+    for c in registry()["checks"].as_array().unwrap() {
+        let name = c["name"].as_str().unwrap();
+        let docs = c["docs"].as_str().unwrap();
+        match std::fs::read_to_string(workspace().join(docs)) {
+            Ok(page) if page.starts_with("# ") => {}
+            _ => problems.push(format!(
+                "{name}: no docs page {docs} (starting with a `# ` title)"
+            )),
+        }
+        if c["finding_ids"].as_array().is_none_or(|a| a.is_empty()) {
+            problems.push(format!("{name}: no finding ids"));
+        }
+        if c["flag"].is_string() && c["service"].is_null() {
+            problems.push(format!(
+                "{name}: `pathdoc check` runs it but the server has no service"
+            ));
+        }
+        if c["exporter"] == true && !exporter_doc.contains(&format!("check = \"{name}\"")) {
+            problems.push(format!(
+                "{name}: docs/exporter.md shows no `check = \"{name}\"` module"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "\n{}", problems.join("\n"));
 }
