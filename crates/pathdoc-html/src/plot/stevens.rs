@@ -161,6 +161,13 @@ fn figure(id: String, title: String, ts: &TimeSequence) -> Figure {
             ""
         }
     );
+    let caption = match seq_range(ts).window_above {
+        Some(edge) => format!(
+            "{caption} The window edge runs above the drawn range (up to relative sequence {}): the receiver offered far more than was sent, so the window did not limit this transfer.",
+            pathdoc_core::units::format_bytes(edge.max(0.0) as u64)
+        ),
+        None => caption,
+    };
     Figure {
         id,
         title,
@@ -170,6 +177,45 @@ fn figure(id: String, title: String, ts: &TimeSequence) -> Figure {
 }
 
 type DrawResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Most of the sequence axis the window edge may take beyond the data and ACKs: as much again as
+/// their own span. A window far beyond what was sent (3 MiB offered, 200 KiB sent) would
+/// otherwise squeeze every segment below a pixel.
+const WINDOW_HEADROOM: f64 = 1.0;
+
+/// The sequence range a graph draws, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct SeqRange {
+    min: f64,
+    max: f64,
+    /// The window edge's highest value when it runs above `max` (drawn along the top).
+    window_above: Option<f64>,
+}
+
+fn seq_range(ts: &TimeSequence) -> SeqRange {
+    let finite = |v: &f64| v.is_finite();
+    let sent = ts
+        .segments
+        .iter()
+        .flat_map(|s| [s.seq, s.seq + s.len])
+        .chain(ts.acks.iter().map(|a| a.ack))
+        .filter(finite);
+    let (min, data_max) = sent.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
+    let edge = ts
+        .acks
+        .iter()
+        .filter_map(|a| Some(a.ack + a.win?))
+        .filter(finite)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let cap = data_max + (data_max - min).max(1.0) * WINDOW_HEADROOM;
+    SeqRange {
+        min,
+        max: data_max.max(edge.min(cap)),
+        window_above: (edge > cap).then_some(edge),
+    }
+}
 
 fn draw(svg: &mut String, ts: &TimeSequence) -> DrawResult {
     let root = SVGBackend::with_string(svg, (WIDTH, HEIGHT)).into_drawing_area();
@@ -182,22 +228,15 @@ fn draw(svg: &mut String, ts: &TimeSequence) -> DrawResult {
             .chain(ts.acks.iter().map(|a| a.t))
             .filter(|v| finite(*v))
     };
-    let seqs = || {
-        ts.segments
-            .iter()
-            .flat_map(|s| [s.seq, s.seq + s.len])
-            .chain(ts.acks.iter().map(|a| a.ack))
-            .chain(ts.acks.iter().filter_map(|a| Some(a.ack + a.win?)))
-            .filter(|v| finite(*v))
-    };
     let (t_min, t_max) = (
         times().fold(f64::INFINITY, f64::min),
         times().fold(f64::NEG_INFINITY, f64::max),
     );
-    let (s_min, s_max) = (
-        seqs().fold(f64::INFINITY, f64::min),
-        seqs().fold(f64::NEG_INFINITY, f64::max),
-    );
+    let SeqRange {
+        min: s_min,
+        max: s_max,
+        ..
+    } = seq_range(ts);
     let (div, unit) = iec_axis(s_max - s_min.min(s_max));
     let pad_t = ((t_max - t_min) * 0.02).max(1e-6);
     let pad_s = ((s_max - s_min) * 0.03).max(1.0);
@@ -235,8 +274,9 @@ fn draw(svg: &mut String, ts: &TimeSequence) -> DrawResult {
         }
         points
     };
+    // A window edge above the range runs along its top (the caption gives its highest value).
     chart.draw_series(LineSeries::new(
-        steps(&|a| a.win.map(|w| a.ack + w)),
+        steps(&|a| a.win.map(|w| (a.ack + w).min(s_max))),
         WINDOW.stroke_width(1),
     ))?;
     chart.draw_series(LineSeries::new(
@@ -297,4 +337,50 @@ fn draw(svg: &mut String, ts: &TimeSequence) -> DrawResult {
     )?;
     root.present()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::{Ack, Segment};
+
+    fn series(win: f64) -> TimeSequence {
+        TimeSequence {
+            direction: "client-to-server".into(),
+            segments: (0..100)
+                .map(|i| Segment {
+                    t: f64::from(i) * 0.01,
+                    seq: f64::from(i) * 1448.0,
+                    len: 1448.0,
+                    flags: Vec::new(),
+                })
+                .collect(),
+            acks: (1..100)
+                .map(|i| Ack {
+                    t: f64::from(i) * 0.01 + 0.005,
+                    ack: f64::from(i) * 1448.0,
+                    win: Some(win),
+                    flags: Vec::new(),
+                })
+                .collect(),
+            truncated: false,
+        }
+    }
+
+    /// A 3 MiB window beside 141 KiB sent (CI saw the data bars vanish: each segment under a
+    /// pixel) is bounded to the data's own span again; a window near the data is drawn whole.
+    #[test]
+    fn a_window_far_above_the_data_does_not_squeeze_it() {
+        let far = seq_range(&series(3.0 * 1048576.0));
+        let data = 100.0 * 1448.0;
+        assert_eq!(far.min, 0.0);
+        assert!((far.max - 2.0 * data).abs() < 1.0, "{far:?}");
+        assert!(far.window_above.unwrap() > 3.0 * 1048576.0);
+        let near = seq_range(&series(64.0 * 1024.0));
+        assert_eq!(near.window_above, None);
+        assert!(
+            (near.max - (99.0 * 1448.0 + 65536.0)).abs() < 1.0,
+            "{near:?}"
+        );
+    }
 }
