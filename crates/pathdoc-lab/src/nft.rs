@@ -131,7 +131,16 @@ pub fn ruleset(topology: &Topology, plan: &Plan, host: &HostPlan) -> Option<Stri
             );
         }
     }
-    // Loss on the interfaces where this host receives.
+    let ingress = ingress_tables(plan, host, family);
+    any |= !ingress.is_empty();
+    text.push_str(&ingress);
+    any.then_some(text)
+}
+
+/// A `netdev` table per interface where this host receives with loss, burst loss or a policer:
+/// the link's impairments act at the receiving end's ingress.
+fn ingress_tables(plan: &Plan, host: &HostPlan, family: Family) -> String {
+    let mut text = String::new();
     for iface in &host.ifaces {
         let link = &plan.links[iface.link];
         // lan0 receives the link's "up" direction, wan0 its "down" direction.
@@ -165,7 +174,6 @@ pub fn ruleset(topology: &Topology, plan: &Plan, host: &HostPlan) -> Option<Stri
             );
         }
         if !rules.is_empty() {
-            any = true;
             let _ = writeln!(
                 text,
                 "table netdev {TABLE}_{name} {{\n  chain ingress {{\n    type filter hook ingress device \"{name}\" priority filter; policy accept;",
@@ -177,7 +185,7 @@ pub fn ruleset(topology: &Topology, plan: &Plan, host: &HostPlan) -> Option<Stri
             let _ = writeln!(text, "  }}\n}}");
         }
     }
-    any.then_some(text)
+    text
 }
 
 /// The `meta protocol` match of loss and policer rules: the families the lab carries.
