@@ -237,13 +237,20 @@ fn loss(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
     out.push(loss_remedies(f, s));
 }
 
+/// The connection's MSS (the smaller of the two SYNs' options) and the full-size IP packet it
+/// makes (MSS + IP and TCP headers), when the capture holds both SYNs.
+fn full_size_packet(c: &ConnSummary, s: &Side<'_>) -> Option<(u32, u32)> {
+    let mss = u32::from(s.rx.syn_options?.mss?.min(s.tx.syn_options?.mss?));
+    let headers = if c.ip_version == 6 { 60 } else { 40 };
+    Some((mss, mss + headers))
+}
+
 /// Downstream of loss, a direction in which no full-size packet for the connection's MSS ever
 /// arrived: `(largest arrived, full size)` in bytes. Needs both SYNs' MSS and enough segments
 /// that a bulk sender would have sent full-size ones.
 fn size_capped(c: &ConnSummary, s: &Side<'_>, count: &LossCount) -> Option<(u32, u32)> {
     let tx = s.tx;
-    let mss = u32::from(s.rx.syn_options?.mss?.min(tx.syn_options?.mss?));
-    let full = mss + if c.ip_version == 6 { 60 } else { 40 };
+    let (_, full) = full_size_packet(c, s)?;
     let largest = tx.max_ip_packet_bytes;
     (count.upstream >= 5
         && count.data_segments >= 50
@@ -978,15 +985,10 @@ const MIN_UNSEEN_OPEN_S: f64 = 1.0;
 fn receiver_side_black_hole(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) -> bool {
     let tx = s.tx;
     let Some(g) = &tx.unseen else { return false };
-    let (Some(rx_mss), Some(tx_mss)) = (
-        s.rx.syn_options.and_then(|o| o.mss),
-        tx.syn_options.and_then(|o| o.mss),
-    ) else {
+    let Some((mss, full)) = full_size_packet(c, s) else {
         return false;
     };
-    let mss = u32::from(rx_mss.min(tx_mss));
-    let headers = if c.ip_version == 6 { 60 } else { 40 };
-    let full = mss + headers;
+    let headers = full - mss;
     let largest = tx.max_ip_packet_bytes.max(g.max_ip_packet_after_bytes);
     if g.bytes < u64::from(mss)
         || g.open_s < MIN_UNSEEN_OPEN_S
