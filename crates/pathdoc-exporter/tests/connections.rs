@@ -4,31 +4,11 @@
 //! connection for each new one, and a connection that sends no complete request head within the
 //! idle timeout is closed.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
-
-use pathdoc_exporter::Config;
-use tokio_util::sync::CancellationToken;
-
-fn exporter(config: &str) -> (SocketAddr, CancellationToken, std::thread::JoinHandle<()>) {
-    let config = Config::parse(config).unwrap();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            pathdoc_exporter::serve(config, listener, stop)
-                .await
-                .unwrap();
-        });
-    });
-    (addr, shutdown, thread)
-}
 
 fn set_soft_fd_limit(n: u64) {
     let mut lim = libc::rlimit {
@@ -75,7 +55,7 @@ fn idle_connections_cannot_lock_out_the_health_check() {
     // Room for the test's own 1 100 client sockets and a few hundred more, not for the
     // exporter to hold 1 100 more (what it did before the cap).
     set_soft_fd_limit(1600);
-    let (addr, shutdown, thread) = exporter(
+    let (addr, shutdown, thread) = common::serve_on_loopback(
         "auth_tokens = [\"idle-conn-test-token\"]\nmax_connections = 64\nhttp_idle_timeout = \"60s\"\n",
     );
     let mut idle: Vec<TcpStream> = Vec::new();
@@ -106,7 +86,7 @@ fn idle_connections_cannot_lock_out_the_health_check() {
 
 #[test]
 fn a_connection_without_a_complete_request_head_is_closed_at_the_idle_timeout() {
-    let (addr, shutdown, thread) = exporter("http_idle_timeout = \"1s\"\n");
+    let (addr, shutdown, thread) = common::serve_on_loopback("http_idle_timeout = \"1s\"\n");
     let mut silent = TcpStream::connect(addr).unwrap();
     let mut partial = TcpStream::connect(addr).unwrap();
     partial.write_all(b"GET /-/healthy HTTP/1.1\r\nHo").unwrap();

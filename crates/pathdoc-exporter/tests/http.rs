@@ -2,32 +2,19 @@
 //! their own status and counted; an allowed target whose server is down is a scrape that
 //! answers `probe_success 0`; `/-/healthy` needs no token; shutdown returns promptly.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
-use pathdoc_exporter::Config;
 use tokio_util::sync::CancellationToken;
 
-const TOKEN: &str = "http-test-token";
-
-/// Serve `config` on a free loopback port from a runtime on its own thread.
+/// The exporter on a free loopback port, as a base URL.
 fn start(config: &str) -> (String, CancellationToken, std::thread::JoinHandle<()>) {
-    let config = Config::parse(config).unwrap();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    listener.set_nonblocking(true).unwrap();
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            pathdoc_exporter::serve(config, listener, stop)
-                .await
-                .unwrap();
-        });
-    });
-    (base, shutdown, thread)
+    let (addr, shutdown, thread) = common::serve_on_loopback(config);
+    (format!("http://{addr}"), shutdown, thread)
 }
+
+const TOKEN: &str = "http-test-token";
 
 fn get(url: &str, token: Option<&str>) -> (u16, String) {
     let agent: ureq::Agent = ureq::Agent::config_builder()

@@ -4,14 +4,14 @@
 //! gets a global permit and succeeds within its scrape timeout; numeric headers and query
 //! parameters out of bounds are 400s with a message.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pathdoc_exporter::Config;
 use pathdoc_server::{Server, ServerConfig};
-use tokio_util::sync::CancellationToken;
 
 const TOKEN: &str = "limits-test-token";
 
@@ -36,26 +36,6 @@ fn pathdoc_server() -> SocketAddr {
         });
     });
     rx.recv_timeout(Duration::from_secs(10)).unwrap()
-}
-
-/// Serve `config` on a free loopback port from a runtime on its own thread.
-fn exporter(config: &str) -> (SocketAddr, CancellationToken, std::thread::JoinHandle<()>) {
-    let config = Config::parse(config).unwrap();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            pathdoc_exporter::serve(config, listener, stop)
-                .await
-                .unwrap();
-        });
-    });
-    (addr, shutdown, thread)
 }
 
 /// Send one GET with the token and the given extra header lines; do not read the answer.
@@ -98,7 +78,7 @@ fn a_slow_target_flood_does_not_starve_a_healthy_target() {
     // Accepts (the kernel completes the handshake from the backlog) and never answers.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let slow = silent.local_addr().unwrap();
-    let (addr, shutdown, thread) = exporter(&format!(
+    let (addr, shutdown, thread) = common::serve_on_loopback(&format!(
         "auth_tokens = [\"{TOKEN}\"]\nmax_concurrent_probes = 2\nmax_queued_probes_per_target = 4\n\
          probe_timeout = \"30s\"\n\
          [modules.tp]\ncheck = \"throughput\"\ntime = \"1s\"\n\
@@ -170,7 +150,7 @@ fn a_slow_target_flood_does_not_starve_a_healthy_target() {
 
 #[test]
 fn numeric_headers_and_parameters_out_of_bounds_are_400s_with_a_message() {
-    let (addr, shutdown, thread) = exporter(&format!(
+    let (addr, shutdown, thread) = common::serve_on_loopback(&format!(
         "auth_tokens = [\"{TOKEN}\"]\n[modules.idle]\ncheck = \"idle\"\nidle_max = \"10s\"\n\
          [[targets]]\naddress = \"127.0.0.1:1\"\nmodules = [\"idle\"]\n"
     ));

@@ -1,0 +1,29 @@
+//! What the exporter's integration tests share.
+
+use std::net::SocketAddr;
+
+use pathdoc_exporter::Config;
+use tokio_util::sync::CancellationToken;
+
+/// Serve `config` on a free loopback port from a runtime on its own thread: its address, the
+/// token that stops it, and the thread to join.
+pub fn serve_on_loopback(
+    config: &str,
+) -> (SocketAddr, CancellationToken, std::thread::JoinHandle<()>) {
+    let config = Config::parse(config).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            pathdoc_exporter::serve(config, listener, stop)
+                .await
+                .unwrap();
+        });
+    });
+    (addr, shutdown, thread)
+}
