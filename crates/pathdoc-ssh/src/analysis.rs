@@ -677,6 +677,14 @@ fn cipher_evidence(c: &CipherResult) -> Evidence {
     Evidence::new(format!("cipher {name}"), Quantity::Goodput(c.rate_bps)).with_detail(detail)
 }
 
+/// Using a cipher: once per command, and for this host in ~/.ssh/config.
+fn cipher_commands(host: &str, cipher: &str) -> String {
+    format!(
+        "ssh -c {cipher} {host} …\n{}",
+        config_cipher_line(host, cipher)
+    )
+}
+
 fn config_cipher_line(host: &str, first: &str) -> String {
     let others: Vec<&str> = [
         "aes128-gcm@openssh.com",
@@ -830,12 +838,7 @@ fn cpu_verdict(
                 b.cipher
             ))
             .on(Host::Client)
-            .with_command(format!(
-                "ssh -c {} {} …\n{}",
-                b.cipher,
-                input.host,
-                config_cipher_line(input.host, &b.cipher)
-            )),
+            .with_command(cipher_commands(input.host, &b.cipher)),
         );
     }
     if side_cpu.cgroup_limit.is_some() {
@@ -1121,12 +1124,7 @@ fn faster_cipher_unproven_verdict(
                 best.cipher
             ))
             .on(Host::Client)
-            .with_command(format!(
-                "ssh -c {} {} …\n{}",
-                best.cipher,
-                input.host,
-                config_cipher_line(input.host, &best.cipher)
-            )),
+            .with_command(cipher_commands(input.host, &best.cipher)),
         );
     f.title = format!(
         "SSH {}: {} measured {gain:.2}× faster than the default {cipher} ({} vs {}) — likely the cipher's CPU cost on a busy host (not proven)",
