@@ -3,6 +3,7 @@
 //! Nothing here touches the network or the terminal. Checks build [`report::Finding`]s with
 //! [`report::Evidence`]; the CLI renders them as text or JSON.
 
+pub mod addr;
 pub mod busy;
 pub mod check;
 pub mod nic;

@@ -292,7 +292,7 @@ impl ControlLink {
             rtt,
             notes: Vec::new(),
             suspended: false,
-            public_addr: welcome.observed,
+            public_addr: pathdoc_core::addr::unmapped(welcome.observed),
             lost_at: None,
             session_ended: None,
         }));

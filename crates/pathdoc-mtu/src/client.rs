@@ -417,7 +417,7 @@ impl<'a> MtuRun<'a> {
             );
             return Ok(());
         };
-        self.data.client_observed = Some(addr.to_string());
+        self.data.client_observed = Some(pathdoc_core::addr::unmapped(addr).to_string());
         // Not capped at the server's route MTU: that may be a PMTU the kernel cached from an
         // earlier too-big, and the point is to measure the path afresh. Probe sockets ignore the
         // cache; sizes above the interface MTU come back as EMSGSIZE and cap the search.

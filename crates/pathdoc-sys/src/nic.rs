@@ -15,7 +15,9 @@ pub use pathdoc_core::nic::NicFacts;
 /// The facts for the interface that owns `local` (a connection's local address), or `None` when
 /// no interface has it (e.g. a loopback-only test).
 pub fn facts_for_local_addr(local: IpAddr) -> Option<NicFacts> {
-    let iface = iface_with_addr(local)?;
+    // A dual-stack listener (`[::]`, the server's default) sees IPv4 clients on a v4-mapped local
+    // address (::ffff:192.0.2.1), which no interface carries; the interface has the IPv4 one.
+    let iface = iface_with_addr(local.to_canonical())?;
     Some(facts_for_iface(&iface))
 }
 

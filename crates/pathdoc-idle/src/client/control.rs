@@ -97,11 +97,12 @@ pub(super) async fn control_task(
                             o.1 = Some(now);
                         }
                     }
-                    if welcome.observed.ip() != h.public_addr.ip() {
+                    let observed = pathdoc_core::addr::unmapped(welcome.observed);
+                    if observed.ip() != h.public_addr.ip() {
                         let note = format!(
                             "idle: public address changed from {} to {}: earlier probes cannot be judged",
                             h.public_addr.ip(),
-                            welcome.observed.ip()
+                            observed.ip()
                         );
                         h.notes.push(note);
                         h.suspended = true;
