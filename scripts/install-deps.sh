@@ -25,6 +25,8 @@ packages=(
   curl            # exporter test: queries Prometheus's HTTP API inside the lab namespace
   binutils        # objdump: scripts/package.sh and its test measure the glibc the binary needs
   dpkg            # dpkg-deb: scripts/package.sh builds the .deb, the test unpacks it (dpkg -x)
+  systemd         # the packaged units are tested under a live systemd (booted in a container)
+  systemd-container # systemd-nspawn: boots that systemd with a private network and a throwaway root
 )
 
 missing=()

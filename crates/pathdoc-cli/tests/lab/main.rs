@@ -35,5 +35,6 @@ mod report_html;
 mod server_fairness_v6;
 mod speed_lab;
 mod ssh_lab;
+mod systemd_units;
 mod targets;
 mod v6_lab;

@@ -6,39 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::{self, PATHDOC};
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// A scratch directory removed on drop, so a failing assertion leaves nothing behind.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("pathdoc-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("scratch dir");
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn ok(cmd: Command, deadline: Duration) -> String {
-    let shown = format!("{cmd:?}");
-    let (code, stdout, stderr) = support::run(cmd, deadline);
-    assert_eq!(
-        code, 0,
-        "{shown}: exit {code}\nstdout: {stdout}\nstderr: {stderr}"
-    );
-    stdout
-}
+use crate::support::package::{build_and_unpack, ok, repo_root, Scratch};
 
 /// The highest `GLIBC_x.y` symbol version a binary imports, as `(x, y)`.
 fn highest_glibc(binary: &Path) -> (u32, u32) {
@@ -61,27 +29,12 @@ fn highest_glibc(binary: &Path) -> (u32, u32) {
 #[test]
 fn the_deb_unpacks_into_a_scratch_root_and_its_binary_runs() {
     let scratch = Scratch::new("deb");
-    let out = scratch.0.join("out");
-    let mut build = Command::new(repo_root().join("scripts/package.sh"));
-    build
-        .args(["--binary", PATHDOC, "--compress", "gzip", "--out"])
-        .arg(&out);
-    ok(build, Duration::from_secs(180));
-    let deb = std::fs::read_dir(&out)
-        .expect("package.sh's output directory")
-        .map(|e| e.expect("entry").path())
-        .find(|p| p.extension().is_some_and(|e| e == "deb"))
-        .expect("a .deb in the output directory");
+    let (deb, root) = build_and_unpack(&scratch);
     let name = deb.file_name().unwrap().to_string_lossy().into_owned();
     assert!(
         name.starts_with(&format!("pathdoc_{}-1_", env!("CARGO_PKG_VERSION"))),
         "{name}"
     );
-
-    let root = scratch.0.join("root");
-    let mut unpack = Command::new("dpkg");
-    unpack.arg("-x").arg(&deb).arg(&root);
-    ok(unpack, Duration::from_secs(60));
 
     let binary = root.join("usr/bin/pathdoc");
     let mut version = Command::new(&binary);

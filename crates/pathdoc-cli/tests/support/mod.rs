@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use pathdoc_lab::{state, Lab, LabError, LabOptions, LabProcess, Topology};
 use serde_json::Value;
 
+pub mod package;
+
 /// The built `pathdoc` binary.
 pub const PATHDOC: &str = env!("CARGO_BIN_EXE_pathdoc");
 
