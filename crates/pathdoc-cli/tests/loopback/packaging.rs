@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use crate::support;
 use crate::support::package::{build_and_unpack, ok, repo_root, Scratch};
 
 /// The highest `GLIBC_x.y` symbol version a binary imports, as `(x, y)`.
@@ -100,18 +101,24 @@ fn the_deb_unpacks_into_a_scratch_root_and_its_binary_runs() {
 }
 
 /// The build `--ssh` should copy to old far ends: `scripts/package.sh --portable` (cargo-zigbuild,
-/// glibc 2.17's symbol versions). Not built in CI (minutes of a second full build); checked here
-/// when present, or at `PATHDOC_PORTABLE_BINARY`.
+/// glibc 2.17's symbol versions) needs at most GLIBC_2.17 and runs a real check. `.ci/run` builds
+/// it (its `portable` tier) and sets `PATHDOC_REQUIRE_PORTABLE=1`, so there a missing build fails;
+/// a developer's `cargo test` without one skips with a note.
 #[test]
-fn the_portable_build_needs_at_most_glibc_2_17() {
+fn the_portable_build_needs_at_most_glibc_2_17_and_runs_a_check() {
     let binary = std::env::var_os("PATHDOC_PORTABLE_BINARY")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("target/x86_64-unknown-linux-gnu/release/pathdoc"));
     if !binary.exists() {
-        eprintln!(
-            "no portable build at {} (scripts/package.sh --portable makes one); not checked",
+        let note = format!(
+            "no portable build at {} (scripts/package.sh --portable makes one)",
             binary.display()
         );
+        assert!(
+            std::env::var_os("PATHDOC_REQUIRE_PORTABLE").is_none(),
+            "{note}, and PATHDOC_REQUIRE_PORTABLE is set"
+        );
+        eprintln!("{note}; not checked");
         return;
     }
     let (major, minor) = highest_glibc(&binary);
@@ -120,4 +127,19 @@ fn the_portable_build_needs_at_most_glibc_2_17() {
         "{} needs GLIBC_{major}.{minor}; an old far end (RHEL 7, glibc 2.17) cannot run it",
         binary.display()
     );
+    // No libgcc_s either: RHEL 7 has one, but a minimal container may not.
+    let mut needed = Command::new("objdump");
+    needed.arg("-p").arg(&binary);
+    let needed = ok(needed, Duration::from_secs(60));
+    assert!(!needed.contains("libgcc_s"), "{needed}");
+
+    // The portable binary is the whole program: it checks a server of this build on loopback.
+    let server = support::LoopbackServer::on_free_port(&[]);
+    let quick = support::quick_check(&server.addr.to_string());
+    let mut check = Command::new(&binary);
+    check.args(quick.get_args());
+    let (code, out, err) = support::run(check, Duration::from_secs(60));
+    let report = support::parse_report(code, &out, &err);
+    assert!(support::check_failures(&report).is_empty(), "{out}");
+    assert!(code == 0 || code == 1, "exit {code}: {out}\n{err}");
 }
