@@ -132,9 +132,17 @@ fn loss(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
         _ => None,
     };
     let explains = mathis.is_some_and(|(_, goodput, bound)| goodput <= bound * MATHIS_EXPLAINS);
+    // The count is a sample of the path's loss rate: 20 lost of 2 000 is 0.6–1.5 % at 95 %
+    // (Wilson). Below 1 % the finding is made when the loss may hold the flow at Mathis' bound
+    // anywhere in that interval, i.e. at its lower end, where the bound is highest; a 1 % path
+    // measured at 0.8 % (issue 17's flake: 24 of 2 973, goodput 1.54 × the bound at 0.81 %)
+    // is found. FAIL still needs the bound at the measured share.
+    let (p_low, _) = wilson(lost, count.data_segments);
+    let may_explain = mathis
+        .is_some_and(|(rtt, goodput, _)| goodput <= mathis_bps(mss, rtt, p_low) * MATHIS_EXPLAINS);
     // Impact, not a fixed share, decides below 1 %: loss that holds a loss-based flow at
     // Mathis' bound limits it at 0.5 % as much as at 2 %.
-    let impact = explains
+    let impact = may_explain
         && p >= LOSS_IMPACT_MIN
         && lost >= LOSS_IMPACT_MIN_SEGMENTS
         && mathis.is_some_and(|(rtt, _, _)| rtt >= LOSS_IMPACT_MIN_RTT_S);
@@ -199,6 +207,25 @@ fn loss(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Finding>) {
                 p * 100.0,
                 format_duration(std::time::Duration::from_secs_f64(rtt)),
                 format_rate(bound),
+                format_rate(goodput)
+            );
+        } else if may_explain && p < LOSS_WARN {
+            let low_bound = mathis_bps(mss, rtt, p_low);
+            f = f.evidence(
+                Evidence::new("Mathis bound at the low end of the loss rate's 95 % interval", Quantity::Rate(low_bound))
+                    .with_detail(format!(
+                        "{} lost of {} segments: the path's loss rate is {:.2}–{:.2} % (Wilson score interval)",
+                        lost,
+                        count.data_segments,
+                        p_low * 100.0,
+                        wilson(lost, count.data_segments).1 * 100.0
+                    )),
+            );
+            explains_text = format!(
+                " The loss may be what holds the flow back: {lost} lost of {} segments puts the path's loss rate at {:.2} % or more (95 %), where loss-based TCP cannot exceed {} (Mathis, ×{MATHIS_EXPLAINS} for the model); {} was measured.",
+                count.data_segments,
+                p_low * 100.0,
+                format_rate(low_bound),
                 format_rate(goodput)
             );
         }
