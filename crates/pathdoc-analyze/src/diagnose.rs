@@ -821,16 +821,42 @@ impl<'a> PmtuSigns<'a> {
         }
     }
 
-    /// The path MTU in words: the ICMP's, else bounded by what was acknowledged and lost.
-    fn mtu_text(&self, mtu_icmp: Option<u32>) -> String {
-        match (mtu_icmp, self.acked) {
+    /// The path MTU in words: the ICMP's, else bounded by what got through and what was lost.
+    fn mtu_text(&self, mtu_icmp: Option<u32>, floor: Option<(u32, String)>) -> String {
+        match (mtu_icmp, floor) {
             (Some(m), _) => format!("{m} B (from the ICMP too-big)"),
-            (None, a) if a > 0 && !self.tso => format!(
-                "between {a} B (largest packet acknowledged) and {} B",
+            (None, Some((a, why))) if !self.tso => format!(
+                "between {a} B ({why}) and {} B",
                 self.lost_size.saturating_sub(1)
             ),
             _ => format!("below {} B", self.lost_size),
         }
+    }
+
+    /// The best lower bound on the path MTU the capture gives, below the lost size: the
+    /// largest packet of this direction acknowledged, the largest the peer got through the
+    /// same path the other way (it crossed every link, in the other direction), or IPv6's
+    /// minimum link MTU (1280 B, RFC 8200 §5), whichever is largest. A sender's capture of a
+    /// download holds little of the first (a request of 89 B), often much of the others.
+    fn mtu_floor(&self, c: &ConnSummary, s: &Side<'_>) -> Option<(u32, String)> {
+        let candidates = [
+            (self.acked, "largest packet acknowledged".to_string()),
+            (
+                s.rx.max_ip_packet_bytes,
+                format!(
+                    "largest packet from the {} that crossed the path the other way",
+                    s.receiver
+                ),
+            ),
+            (
+                if c.ip_version == 6 { 1280 } else { 0 },
+                "IPv6's minimum link MTU, RFC 8200".to_string(),
+            ),
+        ];
+        candidates
+            .into_iter()
+            .filter(|(size, _)| *size > 0 && *size < self.lost_size)
+            .max_by_key(|(size, _)| *size)
     }
 
     /// The stall in words, starting "the SENDER's …".
@@ -925,7 +951,7 @@ fn black_hole_finding(
             "PMTUD black hole {}: {}-byte packets vanish, path MTU {}",
             s.dir.arrow(),
             lost_size,
-            signs.mtu_text(mtu_icmp)
+            signs.mtu_text(mtu_icmp, signs.mtu_floor(c, s))
         ),
     )
     .direction(s.dir)
@@ -953,11 +979,29 @@ fn black_hole_finding(
     ))
     .evidence(Evidence::new(
         format!(
+            "largest packet from the {} (crossed the path the other way)",
+            s.receiver
+        ),
+        Quantity::Bytes(u64::from(s.rx.max_ip_packet_bytes)),
+    ))
+    .evidence(Evidence::new(
+        format!(
             "ICMP too-big about the {}'s packets in the capture",
             s.sender
         ),
         Quantity::Count(u64::from(tx.icmp_too_big)),
     ));
+    if let Some((mss, full)) = full_size_packet(c, s) {
+        f = f.evidence(
+            Evidence::new(
+                "full-size packet for the SYNs' MSS",
+                Quantity::Bytes(u64::from(full)),
+            )
+            .with_detail(format!(
+                "MSS {mss} B + IP and TCP headers: each end's own link takes it (RFC 9293 §3.7.1)"
+            )),
+        );
+    }
     if let Some(m) = mtu_icmp {
         f = f.evidence(Evidence::new(
             "MTU reported by ICMP",

@@ -37,7 +37,7 @@ pub const FINDING_IDS: &[FindingId] = &[
     },
     FindingId {
         id: "pmtud-black-hole",
-        meaning: "a full-size packet retransmitted without ACK while small packets pass; MTU from the ICMP too-big or bounded by the largest packet acknowledged: FAIL; INCONCLUSIVE when offload hides wire sizes. Seen from the receiver: at least one MSS the sender provably sent never arrived while its small packets did and none of full size ever did: FAIL",
+        meaning: "a full-size packet retransmitted without ACK while small packets pass; MTU from the ICMP too-big or bounded by the largest packet that got through (acknowledged, or from the peer across the same path the other way; IPv6 at least 1280 B) and the lost size: FAIL; INCONCLUSIVE when offload hides wire sizes. Seen from the receiver: at least one MSS the sender provably sent never arrived while its small packets did and none of full size ever did: FAIL",
     },
     FindingId {
         id: "pmtud-too-big-ignored",
