@@ -446,9 +446,19 @@ fn a_one_percent_path_measured_below_one_percent_is_still_found() {
     assert_eq!(f.len(), 1, "{all:#?}");
     assert_eq!(f[0].status, Status::Warn, "{:#?}", f[0]);
     assert!(f[0].summary.contains("95 %"), "{}", f[0].summary);
-    // Three times as fast, the same loss cannot be what holds it: no finding.
+    // Three times as fast, the flow is not held at the bound — but 24 of 3 000 cannot be told
+    // apart from 1 % (another lab run: 41 of 4 484, goodput 2.6 × the bound): still a WARN.
     let mut pkts = handshake(Some(7), true, true);
     pkts.extend(download(50_000, 3000, 630, 20_000, 1000, &lost, 2));
+    let all = findings(&pkts);
+    let f = with_id(&all, "tcp-loss-one-direction");
+    assert_eq!(f.len(), 1, "{all:#?}");
+    assert_eq!(f[0].status, Status::Warn, "{:#?}", f[0]);
+    assert!(f[0].summary.contains("cannot tell it from the 1 %"), "{}", f[0].summary);
+    // Half that loss (12 of 3 000: 0.23–0.70 %) on the fast flow: clearly below 1 % and not
+    // what holds it: no finding.
+    let mut pkts = handshake(Some(7), true, true);
+    pkts.extend(download(50_000, 3000, 630, 20_000, 1000, &lost[..12], 2));
     let all = findings(&pkts);
     assert!(
         with_id(&all, "tcp-loss-one-direction").is_empty(),
