@@ -454,7 +454,11 @@ fn a_one_percent_path_measured_below_one_percent_is_still_found() {
     let f = with_id(&all, "tcp-loss-one-direction");
     assert_eq!(f.len(), 1, "{all:#?}");
     assert_eq!(f[0].status, Status::Warn, "{:#?}", f[0]);
-    assert!(f[0].summary.contains("cannot tell it from the 1 %"), "{}", f[0].summary);
+    assert!(
+        f[0].summary.contains("cannot tell it from the 1 %"),
+        "{}",
+        f[0].summary
+    );
     // Half that loss (12 of 3 000: 0.23–0.70 %) on the fast flow: clearly below 1 % and not
     // what holds it: no finding.
     let mut pkts = handshake(Some(7), true, true);
