@@ -78,7 +78,7 @@ echo "capture: $FILE, $((bytes / 1048576)) MiB, $npk packets, $nconn TCP connect
 printf '%-34s %9s %12s %10s %13s\n' tool seconds "packets/s" "MiB/s" "peak RSS MiB"
 row() { # name secs rss_kib
   python3 -c "
-import sys; n, s, r = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]); p, b = $npk, $bytes
+import sys; n, s, r = sys.argv[1], max(float(sys.argv[2]), 0.01), int(sys.argv[3]); p, b = $npk, $bytes
 print(f'{n:<34} {s:9.2f} {p/s:12.0f} {b/s/1048576:10.0f} {r/1024:13.1f}')" "$1" "$2" "$3"
 }
 read -r cs cr <<<"$(measure cat "$FILE")"
@@ -87,10 +87,17 @@ read -r ps pr <<<"$(measure "$PATHDOC" analyze "$FILE")"
 row "pathdoc analyze FILE" "$ps" "$pr"
 read -r js jr <<<"$(measure "$PATHDOC" analyze --json "$FILE")"
 row "pathdoc analyze --json FILE" "$js" "$jr"
+read -r as ar <<<"$(measure "$PATHDOC" analyze --all "$FILE")"
+row "pathdoc analyze --all FILE" "$as" "$ar"
+read -r fs fr <<<"$(measure "$PATHDOC" analyze --flags "$FILE")"
+row "pathdoc analyze --flags FILE" "$fs" "$fr"
 if [ -z "${SKIP_TSHARK:-}" ]; then
   read -r ts tr <<<"$(measure tshark -r "$FILE" -q -z conv,tcp -o tcp.analyze_sequence_numbers:TRUE)"
   row "tshark -q -z conv,tcp (seq analysis)" "$ts" "$tr"
-  python3 -c "print(f'pathdoc/tshark packets/s: {$ts/$ps:.1f}x; pathdoc time / cat time: {$ps/$cs:.1f}x')"
+  # What --flags prints, from tshark: one row per packet with its stream and analysis flags.
+  read -r tfs tfr <<<"$(measure tshark -r "$FILE" -Y tcp -T fields -e frame.number -e tcp.stream -e tcp.analysis.flags)"
+  row "tshark -T fields (per-packet flags)" "$tfs" "$tfr"
+  python3 -c "print(f'pathdoc/tshark packets/s: {$ts/$ps:.1f}x (--all {$ts/$as:.1f}x); --flags/tshark -T fields: {$tfs/$fs:.1f}x; pathdoc time / cat time: {$ps/max($cs, 0.01):.1f}x')"
 else
-  python3 -c "print(f'pathdoc time / cat time: {$ps/$cs:.1f}x')"
+  python3 -c "print(f'pathdoc time / cat time: {$ps/max($cs, 0.01):.1f}x')"
 fi

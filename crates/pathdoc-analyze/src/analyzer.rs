@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::conn::{Connection, Endpoint, SegmentIn};
 use crate::diagnose;
 use crate::flags::Flags;
+use crate::frag::Fragments;
 use crate::loss::LossCount;
 use crate::stats::FlagCounts;
 use crate::summary::{summarize, ConnSummary};
@@ -217,6 +218,7 @@ pub struct Analyzer {
     icmp: Vec<IcmpEvent>,
     unlisted: HashMap<String, u64>,
     host_pairs: HashMap<(String, String), HostPairLoss>,
+    fragments: Fragments,
 }
 
 impl std::fmt::Debug for Analyzer {
@@ -242,6 +244,7 @@ impl Analyzer {
             icmp: Vec::new(),
             unlisted: HashMap::new(),
             host_pairs: HashMap::new(),
+            fragments: Fragments::default(),
         }
     }
 
@@ -279,51 +282,15 @@ impl Analyzer {
             self.totals.ip_fragments += 1;
         }
         match d.l4 {
-            L4::Tcp(tcp) => {
-                self.totals.tcp_packets += 1;
-                let src = Endpoint {
-                    addr: d.ip.src,
-                    port: tcp.src_port,
+            L4::Tcp(tcp) => self.on_tcp(pkt, &d.ip, d.ip.total_len, &tcp),
+            L4::TcpFragment(f) => {
+                let tcp = self.fragments.add(d.ip.src, d.ip.dst, &f)?;
+                // A reassembled datagram's length; a first fragment cut short: its own.
+                let ip_len = match (f.captured, tcp.seg_len) {
+                    (true, Some(len)) => 20 + u32::from(tcp.header_len) + len,
+                    _ => d.ip.total_len,
                 };
-                let dst = Endpoint {
-                    addr: d.ip.dst,
-                    port: tcp.dst_port,
-                };
-                let (conn, preset) = self.lookup(src, dst, &tcp, pkt.ts_ns, pkt.number);
-                // A segment shorter than its own header is not analysed (Wireshark's "short
-                // segment"), but it still belongs to the stream.
-                let seg_len = tcp.seg_len?;
-                let dir = conn.dir_of(&src);
-                let out = conn.on_segment(
-                    dir,
-                    &SegmentIn {
-                        ts: pkt.ts_ns,
-                        tcp: &tcp,
-                        seg_len,
-                        ttl: d.ip.ttl,
-                        ip_len: d.ip.total_len,
-                        preset,
-                        frame: pkt.number,
-                        ip_id: d.ip.id,
-                    },
-                );
-                Some(PacketRecord {
-                    number: pkt.number,
-                    ts_ns: pkt.ts_ns,
-                    stream: conn.id,
-                    src,
-                    dst,
-                    rel_seq: out.rel_seq,
-                    rel_ack: out.rel_ack,
-                    seq: tcp.seq,
-                    ack: tcp.ack,
-                    ip_id: d.ip.id,
-                    seg_len,
-                    tcp_flags: tcp.flags,
-                    flags: out.analysis.flags,
-                    dupack_num: out.analysis.dupack_num,
-                    window: out.window,
-                })
+                self.on_tcp(pkt, &d.ip, ip_len, &tcp)
             }
             L4::Udp { .. } => {
                 self.totals.udp_packets += 1;
@@ -339,6 +306,60 @@ impl Analyzer {
                 None
             }
         }
+    }
+
+    /// A TCP segment (or the one a fragment completes): its connection and analysis.
+    fn on_tcp(
+        &mut self,
+        pkt: &Packet<'_>,
+        ip: &decode::IpInfo,
+        ip_len: u32,
+        tcp: &decode::TcpInfo,
+    ) -> Option<PacketRecord> {
+        self.totals.tcp_packets += 1;
+        let src = Endpoint {
+            addr: ip.src,
+            port: tcp.src_port,
+        };
+        let dst = Endpoint {
+            addr: ip.dst,
+            port: tcp.dst_port,
+        };
+        let (conn, preset) = self.lookup(src, dst, tcp, pkt.ts_ns, pkt.number);
+        // A segment shorter than its own header is not analysed (Wireshark's "short
+        // segment"), but it still belongs to the stream.
+        let seg_len = tcp.seg_len?;
+        let dir = conn.dir_of(&src);
+        let out = conn.on_segment(
+            dir,
+            &SegmentIn {
+                ts: pkt.ts_ns,
+                tcp,
+                seg_len,
+                ttl: ip.ttl,
+                ip_len,
+                preset,
+                frame: pkt.number,
+                ip_id: ip.id,
+            },
+        );
+        Some(PacketRecord {
+            number: pkt.number,
+            ts_ns: pkt.ts_ns,
+            stream: conn.id,
+            src,
+            dst,
+            rel_seq: out.rel_seq,
+            rel_ack: out.rel_ack,
+            seq: tcp.seq,
+            ack: tcp.ack,
+            ip_id: ip.id,
+            seg_len,
+            tcp_flags: tcp.flags,
+            flags: out.analysis.flags,
+            dupack_num: out.analysis.dupack_num,
+            window: out.window,
+        })
     }
 
     /// Find or create the packet's connection, handling Wireshark's port-reuse rules.

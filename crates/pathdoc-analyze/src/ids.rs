@@ -9,7 +9,7 @@ pub const FINDING_IDS: &[FindingId] = &[
     // Per connection and direction (diagnose).
     FindingId {
         id: "tcp-loss-one-direction",
-        meaning: "≥ 50 data segments and ≥ 1 % of them lost in a direction — retransmissions of segments the capture saw (lost after it) plus holes in the sequence space filled later (lost before it), forwarding copies excepted — or ≥ 0.25 % and ≥ 10 segments on a path of ≥ 1 ms RTT when that loss holds the goodput at Mathis' bound; says where the capture point sits relative to the loss: WARN; FAIL when the loss explains the goodput",
+        meaning: "≥ 50 data segments and ≥ 1 % of them lost in a direction (on a path of ≥ 1 ms RTT also when ≥ 10 were lost and the loss rate's 95 % Wilson interval reaches 1 % while lying above 0.25 %) — retransmissions of segments the capture saw (lost after it) plus holes in the sequence space filled later (lost before it), forwarding copies excepted — or ≥ 0.25 % and ≥ 10 segments on a path of ≥ 1 ms RTT when that loss may hold the goodput at Mathis' bound (goodput ≤ 1.5 × the bound at the low end of the loss rate's 95 % Wilson interval); says where the capture point sits relative to the loss: WARN; FAIL when the loss explains the goodput",
     },
     FindingId {
         id: "receive-window-limited",
@@ -37,7 +37,7 @@ pub const FINDING_IDS: &[FindingId] = &[
     },
     FindingId {
         id: "pmtud-black-hole",
-        meaning: "a full-size packet retransmitted without ACK while small packets pass; MTU from the ICMP too-big or bounded by the largest packet acknowledged: FAIL; INCONCLUSIVE when offload hides wire sizes. Seen from the receiver: at least one MSS the sender provably sent never arrived while its small packets did and none of full size ever did: FAIL",
+        meaning: "a full-size packet retransmitted without ACK while small packets pass; MTU from the ICMP too-big or bounded by the largest packet that got through (acknowledged, or from the peer across the same path the other way; IPv6 at least 1280 B) and the lost size: FAIL; INCONCLUSIVE when offload hides wire sizes. Seen from the receiver: at least one MSS the sender provably sent never arrived while its small packets did and none of full size ever did: FAIL",
     },
     FindingId {
         id: "pmtud-too-big-ignored",

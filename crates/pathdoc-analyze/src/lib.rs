@@ -18,6 +18,7 @@ pub mod compare;
 pub mod conn;
 pub mod diagnose;
 pub mod flags;
+mod frag;
 pub mod ids;
 pub mod loss;
 pub mod stats;

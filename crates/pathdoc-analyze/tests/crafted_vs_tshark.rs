@@ -454,3 +454,77 @@ fn tunnelled_flows_match_tshark() {
         .count();
     assert_eq!(fast, 6, "{m:?}");
 }
+
+/// The IPv4 fragments of an Ethernet frame `eth`: its IP payload split at `at` (a multiple of
+/// 8), each piece with its own IP header (length, MF, offset, checksum).
+fn fragments(eth: &[u8], at: usize) -> [Vec<u8>; 2] {
+    let (head, ip) = eth.split_at(14);
+    let (hdr, payload) = ip.split_at(20);
+    let piece = |range: std::ops::Range<usize>, more: bool| {
+        let mut h = hdr.to_vec();
+        let len = (20 + range.len()) as u16;
+        h[2..4].copy_from_slice(&len.to_be_bytes());
+        let fo = (u16::from(more) << 13) | (range.start / 8) as u16;
+        h[6..8].copy_from_slice(&fo.to_be_bytes());
+        h[10..12].copy_from_slice(&[0, 0]);
+        let sum: u32 = h
+            .chunks(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum();
+        let sum = (sum & 0xffff) + (sum >> 16);
+        h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        [head, &h, &payload[range]].concat()
+    };
+    [piece(0..at, true), piece(at..payload.len(), false)]
+}
+
+#[test]
+fn fragmented_segments_keep_tshark_stream_numbers() {
+    // Issue 17: tshark reassembles IPv4 fragments and numbers the conversation at the frame that
+    // completes the datagram (or at a first fragment the snap length cut short); skipping them
+    // shifted every later stream. Each fragmented conversation starts with the fragmented
+    // segment (a capture begun mid-connection), each is followed by a new connection.
+    let mut all = Vec::new();
+    let mut t = 0.0;
+    for kind in 0..4u16 {
+        let cport = 42000 + kind;
+        let data = build(&seg(0.0, true, 5000, 9000, "A", 500, 100), cport);
+        let [first, rest] = fragments(&data, 40);
+        let mut push = |bytes: Vec<u8>, snap: Option<usize>| {
+            t += 1.0;
+            let f = Frame::new(1_700_000_000_000_000_000 + (t * 1e6) as i64, bytes);
+            all.push(match snap {
+                Some(n) => f.snap(n),
+                None => f,
+            });
+        };
+        match kind {
+            0 => (push(first, None), push(rest, None)),
+            1 => (push(rest, None), push(first, None)), // out of order: completes at the first
+            2 => (push(first, Some(14 + 20 + 24)), push(rest, None)), // cut short: TCP by itself
+            _ => (push(first, None), ()),               // never completed: no stream
+        };
+        for s in [
+            seg(0.0, false, 9000, 5100, "A", 500, 0),
+            seg(0.0, true, 5100, 9000, "A", 500, 100),
+        ] {
+            push(build(&s, cport), None);
+        }
+        push(
+            build(&seg(0.0, true, 1000, 0, "S", 64240, 0), 43000 + kind),
+            None,
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("pathdoc-crafted-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("fragments.pcap");
+    std::fs::write(&path, pcap(1, &all, false, false)).unwrap();
+    let (mut a, b) = (theirs(&path), ours(&path));
+    let _ = std::fs::remove_file(&path);
+    // The cut-short first fragment (frame 11): tshark numbers it (stream 4) but gives it no
+    // length and no analysis; `--flags` lists analysed segments only. Its number still counts.
+    assert_eq!(a.remove(&11), Some((4, String::new())), "{a:?}");
+    assert_eq!(a, b, "tshark (left) and pathdoc (right) differ");
+    let streams: std::collections::BTreeSet<u64> = b.values().map(|v| v.0).collect();
+    assert_eq!(streams.len(), 8, "{b:?}");
+}

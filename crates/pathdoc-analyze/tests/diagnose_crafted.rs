@@ -307,3 +307,44 @@ fn a_black_hole_seen_from_the_receiver_is_named() {
         "{acked:#?}"
     );
 }
+
+#[test]
+fn a_black_hole_from_the_sender_is_bounded_by_what_got_through() {
+    // Captured on the server: the client's 1 200-byte request crossed the path (the other
+    // way), the server's 89-byte reply header was acknowledged, its first full-size packet
+    // (1 500 B) is sent five times and never acknowledged while the client's small ACKs pass.
+    // Before, the bound was the largest packet acknowledged: "between 89 B and 1499 B".
+    let mut f = vec![
+        syn_with_mss(0, true, 1000, 0, 1460),
+        syn_with_mss(10, false, 5000, 1001, 1460),
+        tcp(20, true, 1001, 5001, "A", 502, 0, 64),
+        tcp(30, true, 1001, 5001, "A", 502, 1160, 64),
+        tcp(40, false, 5001, 2161, "A", 500, 49, 64),
+        tcp(60, true, 2161, 5050, "A", 502, 0, 52),
+    ];
+    for (i, ms) in [70, 300, 700, 1500, 3100].into_iter().enumerate() {
+        f.push(tcp(ms, false, 5050, 2161, "A", 500, 1460, 64));
+        if i > 0 {
+            f.push(tcp(ms + 30, true, 2161, 5050, "A", 502, 0, 52));
+        }
+    }
+    let all = findings(&f);
+    let b = all
+        .iter()
+        .find(|x| x.id == "pmtud-black-hole")
+        .unwrap_or_else(|| panic!("{all:#?}"));
+    assert_eq!(b.status, Status::Fail, "{b:#?}");
+    assert!(
+        b.title
+            .contains("between 1200 B (largest packet from the client")
+            && b.title.contains("1499 B"),
+        "{}",
+        b.title
+    );
+    assert!(
+        b.evidence
+            .iter()
+            .any(|e| e.name == "full-size packet for the SYNs' MSS"),
+        "{b:#?}"
+    );
+}

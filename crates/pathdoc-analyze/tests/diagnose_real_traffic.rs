@@ -433,6 +433,44 @@ fn half_a_percent_that_holds_the_flow_at_mathis_is_loss_limited() {
 }
 
 #[test]
+fn a_one_percent_path_measured_below_one_percent_is_still_found() {
+    // Issue 17's flake: a 1 % path gave 24 lost of 2 973 (0.81 %) and a goodput 1.54 × Mathis'
+    // bound at 0.81 % — no finding. 24 of 3 000 is 0.54–1.19 % at 95 %; at 0.54 % Mathis allows
+    // 1448 B × 8 / 40 ms × 1.22/√0.0054 ≈ 4.8 Mbit/s, and the flow moves ≈ 6.1 Mbit/s (1.27 ×):
+    // the loss may hold it back, a WARN (not a FAIL: at the measured share it does not explain it).
+    let lost: Vec<u32> = (1..=24).map(|i| i * 120).collect();
+    let mut pkts = handshake(Some(7), true, true);
+    pkts.extend(download(50_000, 3000, 1_900, 20_000, 1000, &lost, 2));
+    let all = findings(&pkts);
+    let f = with_id(&all, "tcp-loss-one-direction");
+    assert_eq!(f.len(), 1, "{all:#?}");
+    assert_eq!(f[0].status, Status::Warn, "{:#?}", f[0]);
+    assert!(f[0].summary.contains("95 %"), "{}", f[0].summary);
+    // Three times as fast, the flow is not held at the bound — but 24 of 3 000 cannot be told
+    // apart from 1 % (another lab run: 41 of 4 484, goodput 2.6 × the bound): still a WARN.
+    let mut pkts = handshake(Some(7), true, true);
+    pkts.extend(download(50_000, 3000, 630, 20_000, 1000, &lost, 2));
+    let all = findings(&pkts);
+    let f = with_id(&all, "tcp-loss-one-direction");
+    assert_eq!(f.len(), 1, "{all:#?}");
+    assert_eq!(f[0].status, Status::Warn, "{:#?}", f[0]);
+    assert!(
+        f[0].summary.contains("cannot tell it from the 1 %"),
+        "{}",
+        f[0].summary
+    );
+    // Half that loss (12 of 3 000: 0.23–0.70 %) on the fast flow: clearly below 1 % and not
+    // what holds it: no finding.
+    let mut pkts = handshake(Some(7), true, true);
+    pkts.extend(download(50_000, 3000, 630, 20_000, 1000, &lost[..12], 2));
+    let all = findings(&pkts);
+    assert!(
+        with_id(&all, "tcp-loss-one-direction").is_empty(),
+        "{all:#?}"
+    );
+}
+
+#[test]
 fn a_clock_running_backwards_proves_no_timing() {
     // A healthy exchange with two packets stamped earlier than the one before them.
     let mut pkts = handshake(Some(7), true, true);

@@ -120,9 +120,30 @@ pub enum L4 {
         len: u16,
     },
     Icmp(IcmpInfo),
+    /// One IPv4 fragment of a TCP segment: Wireshark reassembles these (or dissects a first
+    /// fragment cut short by the capture), so its `tcp.stream` counts them.
+    TcpFragment(TcpFragment),
     Other {
         protocol: u8,
     },
+}
+
+/// An IPv4 fragment carrying part of a TCP segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpFragment {
+    /// IPv4 identification: with the addresses, which datagram it belongs to.
+    pub id: u16,
+    /// Offset of its payload in the datagram's, bytes.
+    pub offset: u32,
+    /// Length of its payload from the IP header, bytes.
+    pub len: u32,
+    /// More fragments follow (MF).
+    pub more: bool,
+    /// Every payload byte the IP header claims is in the capture. Wireshark reassembles only
+    /// such fragments; a first fragment cut short it dissects as TCP on its own.
+    pub captured: bool,
+    /// The TCP header, in the fragment at offset 0 (its `seg_len` is this fragment's share).
+    pub tcp: Option<TcpInfo>,
 }
 
 /// A decoded frame.
@@ -275,13 +296,39 @@ fn decode_ip(ip: &[u8], orig_ip_len: u32, depth: u8) -> Option<Decoded> {
         }
     }
     let l4 = if info.fragment {
-        L4::Other {
+        tcp_fragment(&slice, payload.payload, l4_len).unwrap_or(L4::Other {
             protocol: payload.ip_number.0,
-        }
+        })
     } else {
         decode_l4(payload.ip_number, payload.payload, l4_len)
     };
     Some(Decoded { ip: info, l4 })
+}
+
+/// An IPv4 fragment of TCP, for Wireshark's stream numbering (IPv6 fragments stay `Other`).
+fn tcp_fragment(slice: &LaxIpSlice<'_>, payload: &[u8], l4_len: u32) -> Option<L4> {
+    let LaxIpSlice::Ipv4(v4) = slice else {
+        return None;
+    };
+    let h = v4.header();
+    if h.protocol() != IpNumber::TCP {
+        return None;
+    }
+    // Wireshark's test is against the header's total length, not the one capped at the frame.
+    let declared = u32::from(h.total_len()).saturating_sub(u32::from(h.ihl()) * 4);
+    let offset = u32::from(h.fragments_offset().value()) * 8;
+    Some(L4::TcpFragment(TcpFragment {
+        id: h.identification(),
+        offset,
+        len: declared,
+        more: h.more_fragments(),
+        captured: payload.len() as u32 >= declared,
+        tcp: if offset == 0 {
+            decode_tcp(payload, l4_len)
+        } else {
+            None
+        },
+    }))
 }
 
 /// The IP length to trust: the header's, but never more than the frame holds on the wire (as

@@ -21,6 +21,8 @@ pub mod source;
 pub mod tunnel;
 pub mod write;
 
-pub use decode::{decode, Decoded, IcmpInfo, IcmpKind, IpInfo, Quoted, TcpInfo, TcpOptions, L4};
+pub use decode::{
+    decode, Decoded, IcmpInfo, IcmpKind, IpInfo, Quoted, TcpFragment, TcpInfo, TcpOptions, L4,
+};
 pub use reader::{CaptureError, CaptureFormat, CaptureReader, LinkType, Packet};
 pub use source::{open_input, Input, InputKind};

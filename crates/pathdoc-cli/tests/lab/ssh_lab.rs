@@ -788,3 +788,49 @@ fn temporary_server_listens_only_on_the_ssh_address() {
     assert_eq!(left.len(), 1, "{left:?}");
     assert!(left[0].starts_with("pathdoc-"), "{left:?}");
 }
+
+/// Issue 17: a full capture of an SSH download held at the 2 MiB channel window (1 Gbit/s,
+/// 100 ms RTT) is healthy TCP, but `pathdoc analyze` names the sender held back by its
+/// application at ≈ 2 MiB in flight and points to `pathdoc ssh` (it used to say "healthy").
+/// Captured on the sender (sshd's host): only there are the bytes in flight the window's.
+#[test]
+fn analyze_names_the_channel_window_in_a_capture_of_an_ssh_download() {
+    let _serial = support::serial();
+    let l = SshLab::up("acap", Topology::scenario("ssh-window-limited").unwrap());
+    let file = std::env::temp_dir().join(format!("pathdoc-ssh-acap-{}.pcap", std::process::id()));
+    let cap = pathdoc_lab::capture::start(
+        &l.lab,
+        "server",
+        None,
+        &file,
+        &pathdoc_lab::capture::CaptureOptions {
+            snaplen: 128,
+            filter: Some("tcp port 22".into()),
+        },
+    )
+    .expect("start tcpdump");
+    // 64 MB at the window's ≈ 165 Mbit/s: about 3 s of transfer, 30 RTTs.
+    let mut ssh = l.lab.command("client", "timeout");
+    ssh.args(["20", "ssh", "-F", &l.config(), "server"])
+        .arg("head -c 64000000 /dev/zero")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    assert!(ssh.status().unwrap().success());
+    cap.stop().unwrap();
+    let out = Command::new(PATHDOC)
+        .args(["analyze", "--json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let held = find(&report, "sender-application-limited")
+        .unwrap_or_else(|| panic!("{:?}", outcome(&report)));
+    assert_eq!(held["direction"], "server-to-client", "{held:#}");
+    let summary = held["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("channel window") && summary.contains("pathdoc ssh"),
+        "{summary}"
+    );
+    // Kept when an assertion fails, to look at.
+    let _ = std::fs::remove_file(&file);
+}
