@@ -24,7 +24,7 @@ fn render(report: &Report) -> String {
 }
 
 fn lab_report() -> Report {
-    serde_json::from_str(include_str!("fixtures/lab-report.json")).expect("fixture")
+    serde_json::from_str(include_str!("../fixtures/lab-report.json")).expect("fixture")
 }
 
 #[test]
