@@ -15,20 +15,12 @@ use serde::Deserialize;
 use crate::config::{opt_duration, Check, MAX_SCRAPE_THROUGHPUT_TIME};
 
 /// One check the exporter can run, and how its module's settings are read.
+#[derive(Debug)]
 pub struct ModuleKind {
     pub check: CheckName,
     /// The settings its `[modules.NAME]` table may hold besides `check`.
     pub settings: &'static [&'static str],
     read: fn(&RawModule, &Field) -> Result<Check, String>,
-}
-
-impl std::fmt::Debug for ModuleKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ModuleKind")
-            .field("check", &self.check)
-            .field("settings", &self.settings)
-            .finish()
-    }
 }
 
 /// The path-MTU check, once per scrape.
