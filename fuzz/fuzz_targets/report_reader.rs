@@ -42,7 +42,19 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
-    let page = pathdoc_html::render(&report);
+    // Every check's plots (the binary's registry lists them; a fuzz target cannot reach it).
+    use pathdoc_html::figures;
+    let plots: Vec<_> = [
+        figures::idle,
+        figures::mtu,
+        figures::throughput,
+        figures::ssh,
+        figures::analyze,
+    ]
+    .iter()
+    .flat_map(|f| f(&report))
+    .collect();
+    let page = pathdoc_html::render(&report, &plots);
     let embedded = pathdoc_html::embedded_json(&page).expect("a rendered page embeds its report");
     let back: Report =
         serde_json::from_str(embedded).expect("the embedded report reads back as a report");

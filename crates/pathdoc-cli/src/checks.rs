@@ -1,12 +1,15 @@
 //! The check registry: every check pathdoc knows, in one list ([`CHECKS`]), with everything it
 //! brings. What lists checks iterates it instead of naming them: `pathdoc check`'s selection
 //! flags, option groups and steps (cmd/check.rs), `pathdoc server`'s services (cmd/server.rs),
-//! the HTML report's figures (cmd/report_html.rs, cmd/report.rs), and — through the hidden
-//! `pathdoc registry` command — the loopback tests of finding ids, docs pages and exporter modules.
+//! the module kinds `pathdoc exporter` accepts (cmd/exporter.rs), the HTML report's figures
+//! (cmd/report_html.rs, cmd/report.rs), and — through the hidden `pathdoc registry` command —
+//! the loopback tests of finding ids, docs pages and exporter modules.
 //!
-//! It lives in the binary because only the binary sees every check crate (nothing depends
-//! upward); the names it is keyed by ([`CheckName`]) live in pathdoc-core, so every crate can
-//! speak of a check. Adding a check: ARCHITECTURE.md, "Adding a check".
+//! It lives in the binary because its entries point into crates that cannot see each other (a
+//! check crate's service, its module kind in pathdoc-exporter, its figures in pathdoc-html;
+//! nothing depends upward); those crates keep no list of checks and take what this one passes
+//! them. The names it is keyed by ([`CheckName`]) live in pathdoc-core, so every crate can speak
+//! of a check. Adding a check: ARCHITECTURE.md, "Adding a check".
 
 use std::future::Future;
 use std::pin::Pin;
@@ -39,8 +42,9 @@ pub struct Check {
     /// Where its plots go on the page, ascending: the faults an ISP can fix (idle, MTU) before
     /// the longer throughput figures, then SSH's and captures'.
     pub page_order: u8,
-    /// `pathdoc exporter` has a module kind for it (`check = "<name>"`, docs/exporter.md).
-    pub exporter: bool,
+    /// Its module kind in `pathdoc exporter` (`check = "<name>"`, docs/exporter.md), or that it
+    /// has none.
+    pub exporter: Exporter,
 }
 
 /// A check's far end.
@@ -48,6 +52,27 @@ pub struct ServerService {
     /// Its name on the wire. The throughput check is `speed` there: older peers know it so.
     pub wire: CheckKind,
     pub new: fn() -> Arc<dyn Service>,
+    /// Which servers run it.
+    pub offered: Offered,
+}
+
+/// Which `pathdoc server`s run a service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Offered {
+    /// Every server, to every client it admits.
+    Always,
+    /// Only servers started with `--ssh-evidence` (the SSH bootstrap's temporary server, which
+    /// needs a token): the service reports on the far end's processes and sockets.
+    SshEvidence,
+}
+
+/// A check's part in `pathdoc exporter`.
+pub enum Exporter {
+    /// Modules of this kind run it (the exporter reads their settings with it).
+    Module(&'static pathdoc_exporter::ModuleKind),
+    /// It runs from the command line only; the exporter refuses a module of it.
+    NotExported,
 }
 
 /// A check's part in `pathdoc check`: its selection flag, its own options, and how they become
@@ -92,6 +117,7 @@ pub static CHECKS: &[Check] = &[
         service: Some(ServerService {
             wire: CheckKind::Mtu,
             new: mtu_service,
+            offered: Offered::Always,
         }),
         client: Some(ClientSide {
             flag: "mtu",
@@ -101,7 +127,7 @@ pub static CHECKS: &[Check] = &[
         }),
         figures: pathdoc_html::figures::mtu,
         page_order: 2,
-        exporter: true,
+        exporter: Exporter::Module(&pathdoc_exporter::module::MTU),
     },
     Check {
         name: CheckName::Throughput,
@@ -111,6 +137,7 @@ pub static CHECKS: &[Check] = &[
         service: Some(ServerService {
             wire: CheckKind::Speed,
             new: throughput_service,
+            offered: Offered::Always,
         }),
         client: Some(ClientSide {
             flag: "throughput",
@@ -120,7 +147,7 @@ pub static CHECKS: &[Check] = &[
         }),
         figures: pathdoc_html::figures::throughput,
         page_order: 3,
-        exporter: true,
+        exporter: Exporter::Module(&pathdoc_exporter::module::THROUGHPUT),
     },
     Check {
         name: CheckName::Idle,
@@ -130,6 +157,7 @@ pub static CHECKS: &[Check] = &[
         service: Some(ServerService {
             wire: CheckKind::Idle,
             new: idle_service,
+            offered: Offered::Always,
         }),
         client: Some(ClientSide {
             flag: "idle",
@@ -140,20 +168,23 @@ pub static CHECKS: &[Check] = &[
         }),
         figures: pathdoc_html::figures::idle,
         page_order: 1,
-        exporter: true,
+        exporter: Exporter::Module(&pathdoc_exporter::module::IDLE),
     },
-    // `pathdoc ssh`; its far-end evidence service runs only in servers started with
-    // --ssh-evidence (the SSH bootstrap's), see cmd/server.rs.
+    // `pathdoc ssh`; its far end reports the sshd's CPU and socket during a transfer.
     Check {
         name: CheckName::Ssh,
         crate_name: "pathdoc-ssh",
         finding_ids: pathdoc_ssh::FINDING_IDS,
         docs: "docs/ssh.md",
-        service: None,
+        service: Some(ServerService {
+            wire: CheckKind::Ssh,
+            new: ssh_evidence_service,
+            offered: Offered::SshEvidence,
+        }),
         client: None,
         figures: pathdoc_html::figures::ssh,
         page_order: 4,
-        exporter: false,
+        exporter: Exporter::NotExported,
     },
     // `pathdoc analyze`: its ids come from pathdoc-analyze and from the analyze command in this
     // crate (those name the check "analyze" literally), all in pathdoc-analyze's registry.
@@ -166,7 +197,7 @@ pub static CHECKS: &[Check] = &[
         client: None,
         figures: pathdoc_html::figures::analyze,
         page_order: 5,
-        exporter: false,
+        exporter: Exporter::NotExported,
     },
 ];
 
@@ -182,6 +213,10 @@ fn idle_service() -> Arc<dyn Service> {
     Arc::new(pathdoc_idle::IdleService::new())
 }
 
+fn ssh_evidence_service() -> Arc<dyn Service> {
+    Arc::new(pathdoc_ssh::EvidenceService::new())
+}
+
 /// Every figure the registered checks draw from `report`, in page order.
 pub fn figures(report: &Report) -> Vec<Figure> {
     let mut checks: Vec<&Check> = CHECKS.iter().collect();
@@ -189,12 +224,25 @@ pub fn figures(report: &Report) -> Vec<Figure> {
     checks.iter().flat_map(|c| (c.figures)(report)).collect()
 }
 
-/// The services `pathdoc server` runs for every client.
-pub fn services() -> Vec<Arc<dyn Service>> {
+/// The services a `pathdoc server` runs: every check's that is always offered, and with
+/// `ssh_evidence` (`--ssh-evidence`) also the SSH bootstrap's.
+pub fn services(ssh_evidence: bool) -> Vec<Arc<dyn Service>> {
     CHECKS
         .iter()
         .filter_map(|c| c.service.as_ref())
+        .filter(|s| s.offered == Offered::Always || ssh_evidence)
         .map(|s| (s.new)())
+        .collect()
+}
+
+/// The module kinds `pathdoc exporter` may run: the exported checks'.
+pub fn exporter_modules() -> Vec<&'static pathdoc_exporter::ModuleKind> {
+    CHECKS
+        .iter()
+        .filter_map(|c| match c.exporter {
+            Exporter::Module(kind) => Some(kind),
+            Exporter::NotExported => None,
+        })
         .collect()
 }
 
@@ -211,8 +259,9 @@ pub fn describe() -> serde_json::Value {
                     .map(|i| serde_json::json!({"id": i.id, "meaning": i.meaning}))
                     .collect::<Vec<_>>(),
                 "service": c.service.as_ref().map(|s| s.wire),
+                "service_offered": c.service.as_ref().map(|s| s.offered),
                 "flag": c.client.as_ref().map(|s| format!("--{}", s.flag)),
-                "exporter": c.exporter,
+                "exporter": matches!(c.exporter, Exporter::Module(_)),
             })
         })
         .collect();
@@ -254,14 +303,30 @@ mod tests {
             if let Some(s) = &c.service {
                 assert_eq!((s.new)().check(), s.wire, "{}'s service", c.name);
             }
-            // A check `pathdoc check` runs needs its far end in `pathdoc server`.
+            // A check `pathdoc check` runs needs its far end in every `pathdoc server`.
             if c.client.is_some() {
                 assert!(
-                    c.service.is_some(),
-                    "{} runs in `pathdoc check` without a service",
+                    c.service.as_ref().map(|s| s.offered) == Some(Offered::Always),
+                    "{} runs in `pathdoc check` without a service every server offers",
                     c.name
                 );
             }
+            if let Exporter::Module(kind) = c.exporter {
+                assert_eq!(kind.check, c.name, "{}'s exporter module kind", c.name);
+            }
+        }
+    }
+
+    /// Only servers started with --ssh-evidence run the SSH evidence service; every server runs
+    /// the services of the checks `pathdoc check` runs.
+    #[test]
+    fn the_ssh_evidence_service_runs_only_when_asked_for() {
+        let wires = |ssh| -> Vec<CheckKind> { services(ssh).iter().map(|s| s.check()).collect() };
+        assert!(!wires(false).contains(&CheckKind::Ssh));
+        assert!(wires(true).contains(&CheckKind::Ssh));
+        for c in CHECKS.iter().filter(|c| c.client.is_some()) {
+            let wire = c.service.as_ref().unwrap().wire;
+            assert!(wires(false).contains(&wire), "{}", c.name);
         }
     }
 

@@ -28,8 +28,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use pathdoc_core::CheckName;
-use pathdoc_idle::defaults as idle_defaults;
 use serde::Deserialize;
+
+use crate::module::ModuleKind;
 
 /// Longest throughput test a module may run per scrape: the scrape waits for both directions,
 /// and Prometheus' scrape timeouts are seconds to a minute (the CLI allows
@@ -81,33 +82,9 @@ struct RawConfig {
     #[serde(default)]
     http_idle_timeout: Option<String>,
     #[serde(default)]
-    modules: BTreeMap<String, RawModule>,
+    modules: BTreeMap<String, crate::module::RawModule>,
     #[serde(default)]
     targets: Vec<RawTarget>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawModule {
-    check: String,
-    // mtu
-    min_size: Option<u16>,
-    max_size: Option<u16>,
-    attempts: Option<u8>,
-    wait: Option<String>,
-    max_ttl: Option<u8>,
-    bulk: Option<String>,
-    // throughput
-    time: Option<String>,
-    streams: Option<u32>,
-    congestion_control: Option<String>,
-    // idle
-    idle_max: Option<String>,
-    resolution: Option<String>,
-    max_probes: Option<usize>,
-    interval: Option<String>,
-    udp: Option<bool>,
-    culprit: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -183,19 +160,21 @@ pub struct Config {
 }
 
 impl Config {
-    pub fn load(path: &str) -> Result<Config, ConfigError> {
+    /// Read the config at `path`; its modules may run the checks of `kinds`.
+    pub fn load(path: &str, kinds: &[&ModuleKind]) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_string(),
             error,
         })?;
-        Config::parse(&text).map_err(|message| ConfigError::Invalid {
+        Config::parse(&text, kinds).map_err(|message| ConfigError::Invalid {
             path: path.to_string(),
             message,
         })
     }
 
-    /// Parse and validate; the message names the field at fault.
-    pub fn parse(text: &str) -> Result<Config, String> {
+    /// Parse and validate, with modules of the checks of `kinds` (the binary's check registry
+    /// passes the exported ones); the message names the field at fault.
+    pub fn parse(text: &str, kinds: &[&ModuleKind]) -> Result<Config, String> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| e.to_string())?;
         let listen = raw
             .listen
@@ -230,7 +209,8 @@ impl Config {
         }
         let mut modules = BTreeMap::new();
         for (name, m) in raw.modules {
-            modules.insert(name.clone(), module(&name, m)?);
+            let check = crate::module::read(&name, &m, kinds)?;
+            modules.insert(name, check);
         }
         if raw.targets.len() > MAX_TARGETS {
             return Err(format!("targets: at most {MAX_TARGETS}"));
@@ -339,122 +319,7 @@ fn duration(field: &str, text: Option<&str>, default_secs: u64) -> Result<Durati
     }
 }
 
-fn module(name: &str, m: RawModule) -> Result<Check, String> {
-    let field = |f: &str| format!("modules.{name}.{f}");
-    let only = |allowed: &[&str]| -> Result<(), String> {
-        let set: Vec<(&str, bool)> = vec![
-            ("min_size", m.min_size.is_some()),
-            ("max_size", m.max_size.is_some()),
-            ("attempts", m.attempts.is_some()),
-            ("wait", m.wait.is_some()),
-            ("max_ttl", m.max_ttl.is_some()),
-            ("bulk", m.bulk.is_some()),
-            ("time", m.time.is_some()),
-            ("streams", m.streams.is_some()),
-            ("congestion_control", m.congestion_control.is_some()),
-            ("idle_max", m.idle_max.is_some()),
-            ("resolution", m.resolution.is_some()),
-            ("max_probes", m.max_probes.is_some()),
-            ("interval", m.interval.is_some()),
-            ("udp", m.udp.is_some()),
-            ("culprit", m.culprit.is_some()),
-        ];
-        match set
-            .iter()
-            .find(|(f, present)| *present && !allowed.contains(f))
-        {
-            Some((f, _)) => Err(format!(
-                "{}: not a setting of the {} check",
-                field(f),
-                m.check
-            )),
-            None => Ok(()),
-        }
-    };
-    let defaults = pathdoc_mtu::MtuOptions::default();
-    match m.check.parse::<CheckName>() {
-        Ok(CheckName::Mtu) => {
-            only(&[
-                "min_size", "max_size", "attempts", "wait", "max_ttl", "bulk",
-            ])?;
-            Ok(Check::Mtu {
-                min_size: m.min_size.unwrap_or(defaults.min_size),
-                max_size: m.max_size.unwrap_or(defaults.max_size),
-                attempts: m.attempts.unwrap_or(defaults.attempts),
-                wait: opt_duration(&field("wait"), m.wait.as_deref())?.unwrap_or(defaults.wait),
-                max_ttl: m.max_ttl.unwrap_or(defaults.max_ttl),
-                bulk: opt_duration(&field("bulk"), m.bulk.as_deref())?.unwrap_or(defaults.bulk),
-            })
-        }
-        Ok(CheckName::Throughput) => {
-            only(&["time", "streams", "congestion_control"])?;
-            let time =
-                opt_duration(&field("time"), m.time.as_deref())?.unwrap_or(Duration::from_secs(5));
-            if time.is_zero() || time > MAX_SCRAPE_THROUGHPUT_TIME {
-                return Err(format!(
-                    "{}: must be more than 0 and at most {} s",
-                    field("time"),
-                    MAX_SCRAPE_THROUGHPUT_TIME.as_secs()
-                ));
-            }
-            let streams = m.streams.unwrap_or(1);
-            if streams == 0 || streams > pathdoc_speed::spec::MAX_STREAMS {
-                return Err(format!(
-                    "{}: must be 1..={}",
-                    field("streams"),
-                    pathdoc_speed::spec::MAX_STREAMS
-                ));
-            }
-            Ok(Check::Throughput {
-                time,
-                streams,
-                congestion_control: m.congestion_control,
-            })
-        }
-        Ok(CheckName::Idle) => {
-            only(&[
-                "idle_max",
-                "resolution",
-                "max_probes",
-                "interval",
-                "udp",
-                "culprit",
-            ])?;
-            let idle_max = opt_duration(&field("idle_max"), m.idle_max.as_deref())?
-                .unwrap_or(idle_defaults::HORIZON);
-            let resolution = opt_duration(&field("resolution"), m.resolution.as_deref())?
-                .unwrap_or(idle_defaults::RESOLUTION);
-            let max_probes = m.max_probes.unwrap_or(idle_defaults::MAX_PROBES as usize);
-            let bounds = idle_defaults::MAX_PROBES_FLOOR as usize
-                ..=idle_defaults::MAX_PROBES_CEILING as usize;
-            if !bounds.contains(&max_probes) {
-                return Err(format!(
-                    "{}: must be {}..={}",
-                    field("max_probes"),
-                    bounds.start(),
-                    bounds.end()
-                ));
-            }
-            Ok(Check::Idle {
-                idle_max,
-                resolution,
-                max_probes,
-                interval: opt_duration(&field("interval"), m.interval.as_deref())?
-                    .unwrap_or(Duration::from_secs(60)),
-                udp: m.udp.unwrap_or(true),
-                culprit: m.culprit.unwrap_or(true),
-            })
-        }
-        // ssh and analyze run from the command line only.
-        Ok(CheckName::Ssh | CheckName::Analyze) | Err(_) => Err(format!(
-            "{}: unknown check {:?} (mtu, throughput or idle)",
-            field("check"),
-            m.check
-        )),
-    }
-}
-
-fn opt_duration(field: &str, text: Option<&str>) -> Result<Option<Duration>, String> {
+pub(crate) fn opt_duration(field: &str, text: Option<&str>) -> Result<Option<Duration>, String> {
     text.map(|t| pathdoc_core::units::parse_duration(t).map_err(|e| format!("{field}: {e}")))
         .transpose()
 }
@@ -497,6 +362,10 @@ pub fn normalize_target(address: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::module::{IDLE, MTU, THROUGHPUT};
+
+    /// Every kind this crate has (the binary passes its registry's).
+    const KINDS: &[&ModuleKind] = &[&MTU, &THROUGHPUT, &IDLE];
 
     const GOOD: &str = r#"
         auth_tokens = ["0123456789abcdef"]
@@ -519,7 +388,7 @@ mod tests {
 
     #[test]
     fn targets_are_allowed_only_for_their_modules() {
-        let c = Config::parse(GOOD).unwrap();
+        let c = Config::parse(GOOD, KINDS).unwrap();
         assert!(c.allowed("server.example.net:7224", "mtu").is_some());
         assert!(c.allowed("SERVER.example.net", "tp").is_some());
         assert!(c.allowed("server.example.net", "idle").is_none());
@@ -561,14 +430,14 @@ mod tests {
             ("max_connections = 100000", "max_connections"),
             ("http_idle_timeout = \"0s\"", "http_idle_timeout"),
         ] {
-            let e = Config::parse(text).unwrap_err();
+            let e = Config::parse(text, KINDS).unwrap_err();
             assert!(e.contains(says), "{text:?}: {e}");
         }
     }
 
     #[test]
     fn a_low_descriptor_limit_shrinks_the_connection_cap() {
-        let mut c = Config::parse(GOOD).unwrap();
+        let mut c = Config::parse(GOOD, KINDS).unwrap();
         let checks = c.descriptors_for_checks();
         // One idle target with 240 probes, two probes of at most 16 descriptors, 64 spare.
         assert_eq!(checks, 64 + 248 + 2 * 16);
@@ -592,7 +461,7 @@ mod tests {
                 "[[targets]]\naddress = \"10.0.0.{i}\"\nmodules = [\"idle\"]\n"
             ));
         }
-        assert!(Config::parse(&text)
+        assert!(Config::parse(&text, KINDS)
             .unwrap_err()
             .contains("max_idle_targets"));
     }

@@ -345,8 +345,11 @@ mod tests {
 
     #[test]
     fn bearer_tokens_are_checked_and_scrape_timeouts_bound_the_probe() {
-        let config =
-            Config::parse("auth_tokens = [\"0123456789\"]\nprobe_timeout = \"30s\"").unwrap();
+        let config = Config::parse(
+            "auth_tokens = [\"0123456789\"]\nprobe_timeout = \"30s\"",
+            &[],
+        )
+        .unwrap();
         let mut h = HeaderMap::new();
         assert!(!authorized(&config, &h));
         h.insert(header::AUTHORIZATION, "Bearer 0123456789".parse().unwrap());
@@ -364,7 +367,7 @@ mod tests {
 
     #[test]
     fn scrape_timeouts_out_of_bounds_are_errors_not_panics() {
-        let config = Config::parse("").unwrap();
+        let config = Config::parse("", &[]).unwrap();
         // 1e300 panicked in Duration::from_secs_f64 before the bound.
         for bad in [
             "1e300", "86401", "inf", "NaN", "-1", "0", "-0", "ten", "", "1e-400",

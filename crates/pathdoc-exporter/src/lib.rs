@@ -12,11 +12,13 @@ pub mod connections;
 pub mod http;
 pub mod idle;
 pub mod metrics;
+pub mod module;
 pub mod probe;
 
 use std::sync::Arc;
 
 pub use config::{Config, ConfigError};
+pub use module::ModuleKind;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, thiserror::Error)]

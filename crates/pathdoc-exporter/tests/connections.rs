@@ -4,6 +4,7 @@
 //! connection for each new one, and a connection that sends no complete request head within the
 //! idle timeout is closed.
 
+#[path = "integration/common.rs"]
 mod common;
 
 use std::io::{Read, Write};

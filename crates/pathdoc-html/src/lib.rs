@@ -14,7 +14,8 @@ use pathdoc_core::Report;
 
 pub use plot::{Body, Figure, Series};
 
-/// Each check's plots, one function per check (the binary's check registry names them).
+/// Each check's plots, one function per check. The binary's check registry names them (its
+/// `Check::figures`); this crate keeps no list of checks.
 pub mod figures {
     use pathdoc_core::check::evidence::WINDOW_RTT_CEILING;
     use pathdoc_core::{CheckName, Direction, Quantity, Report};
@@ -69,30 +70,9 @@ pub mod figures {
     }
 }
 
-/// Every plot the report's data allows, in page order: the idle ladder and the MTU maps (the
-/// faults an ISP can fix) before the longer throughput figures, then SSH's cipher chart and
-/// captures' time-sequence graphs. The binary draws its check registry's figures instead (the
-/// same functions, in its order); this is the order for callers without a registry.
-pub fn all_figures(report: &Report) -> Vec<Figure> {
-    [
-        figures::idle,
-        figures::mtu,
-        figures::throughput,
-        figures::ssh,
-        figures::analyze,
-    ]
-    .iter()
-    .flat_map(|f| f(report))
-    .collect()
-}
-
-/// The whole HTML document for `report`.
-pub fn render(report: &Report) -> String {
-    render_with(report, &all_figures(report))
-}
-
-/// The whole HTML document for `report`, with these plots.
-pub fn render_with(report: &Report, figures: &[Figure]) -> String {
+/// The whole HTML document for `report`, with these plots. The binary's check registry draws
+/// them: each check's function in [`figures`], in its page order.
+pub fn render(report: &Report, figures: &[Figure]) -> String {
     page::page(report, figures, &path::PathInfo::from_report(report))
 }
 

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use pathdoc_core::{Finding, Report, Status};
+use pathdoc_core::{Command, Finding, Report, Status};
 
 use crate::path::PathInfo;
 use crate::plot::{hex, Body, Figure, Mark, Series};
@@ -286,7 +286,7 @@ fn client_address_cell(addr: &str) -> String {
 /// address (an ssh destination or alias, the capture files of `pathdoc analyze`).
 fn server_address_cell(path: &PathInfo) -> String {
     let target = path.server.as_str();
-    if path.command == "analyze" {
+    if path.command == Command::Analyze {
         return format!(
             "— <span class=\"note\">(from the capture {}; each connection's ends are in its findings)</span>",
             esc(target)
@@ -300,7 +300,7 @@ fn server_address_cell(path: &PathInfo) -> String {
             .is_some_and(|(h, _)| h.parse::<std::net::IpAddr>().is_ok());
     if is_address {
         esc(target)
-    } else if path.command == "ssh" {
+    } else if path.command == Command::Ssh {
         format!(
             "{} <span class=\"note\">(ssh destination as given; ssh_config may map it to another host)</span>",
             esc(target)

@@ -3,7 +3,7 @@
 
 use std::net::Ipv4Addr;
 
-use pathdoc_core::{Command, Report};
+use pathdoc_core::{CheckName, Command, Report};
 
 use crate::view::{section, Idle, Mtu, Section};
 
@@ -16,10 +16,10 @@ pub struct Hop {
     pub notes: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PathInfo {
     /// The report's command (`check`, `ssh`, `analyze`, …): what `server` is depends on it.
-    pub command: String,
+    pub command: Command,
     pub server: String,
     /// What the far end is, in words: the report's command decides (a pathdoc server, an sshd).
     pub server_kind: &'static str,
@@ -34,10 +34,10 @@ pub struct PathInfo {
 
 impl PathInfo {
     pub fn from_report(report: &Report) -> PathInfo {
-        let idle: Section<Idle> = section(report, "idle");
-        let mtu: Section<Mtu> = section(report, "mtu");
+        let idle: Section<Idle> = section(report, CheckName::Idle.data_key());
+        let mtu: Section<Mtu> = section(report, CheckName::Mtu.data_key());
         let mut path = PathInfo {
-            command: report.command.as_str().to_string(),
+            command: report.command.clone(),
             server: report.target.clone(),
             server_kind: match report.command {
                 Command::Ssh => {

@@ -344,9 +344,33 @@ impl Lab {
         state::save(&self.state_path, &state)
     }
 
+    /// Build the planned lab, phase by phase; on error the caller drops `self`, which tears
+    /// down what exists.
     fn build(&mut self, helper: &std::path::Path) -> Result<(), LabError> {
         let t0 = Instant::now();
-        // 1. Namespaces, recorded one by one so a failure still cleans up.
+        self.create_namespaces()?;
+        self.enable_forwarding()?;
+        self.create_links()?;
+        self.configure_interfaces()?;
+        self.add_routes()?;
+        self.load_rulesets()?;
+        self.add_rate_limits()?;
+        self.write_sysctls()?;
+        self.start_delay_lines(helper)?;
+        // The client reaches the server before anything else starts.
+        self.check_path()?;
+        // CPU caps, then sshd (which must start inside its host's cgroup).
+        self.make_cgroups()?;
+        for host in self.topology.sshd_hosts() {
+            self.start_sshd(&host)?;
+        }
+        tracing::info!(lab = %self.id(), elapsed_ms = t0.elapsed().as_millis() as u64, "lab up");
+        Ok(())
+    }
+
+    /// Namespaces with their base sysctls and loopback up, each recorded in the state file as it
+    /// is made so a failure still cleans up.
+    fn create_namespaces(&self) -> Result<(), LabError> {
         for ns in self.plan.namespaces() {
             exec::ip(None, &["netns", "add", &ns])?;
             self.state
@@ -365,6 +389,11 @@ impl Lab {
             }
             exec::ip(Some(&ns), &["link", "set", "lo", "up"])?;
         }
+        Ok(())
+    }
+
+    /// Hops forward (IPv4, and IPv6 in a lab that has it); the client and server do not.
+    fn enable_forwarding(&self) -> Result<(), LabError> {
         for h in &self.plan.hosts {
             if h.name != "client" && h.name != "server" {
                 pathdoc_sys::netns::write_sysctl(&h.netns, "net.ipv4.ip_forward", "1")?;
@@ -377,7 +406,11 @@ impl Lab {
                 }
             }
         }
-        // 2. Links: a veth pair, or two pairs through a delay-line element.
+        Ok(())
+    }
+
+    /// Links: a veth pair, or two pairs through a delay-line element.
+    fn create_links(&self) -> Result<(), LabError> {
         for link in &self.plan.links {
             let left = &self.plan.hosts[link.index].netns;
             let right = &self.plan.hosts[link.index + 1].netns;
@@ -431,7 +464,11 @@ impl Lab {
                 }
             }
         }
-        // 3. Addresses, MTU, offloads, link up.
+        Ok(())
+    }
+
+    /// Addresses, MTU, offloads, link up.
+    fn configure_interfaces(&self) -> Result<(), LabError> {
         for h in &self.plan.hosts {
             let batch = self.address_batch(h);
             exec::run(
@@ -454,7 +491,11 @@ impl Lab {
                 )?;
             }
         }
-        // 4. Routes (after every link is up, so gateways resolve).
+        Ok(())
+    }
+
+    /// Routes (after every link is up, so gateways resolve).
+    fn add_routes(&self) -> Result<(), LabError> {
         for h in &self.plan.hosts {
             // A smaller IPv6 MTU out of an interface (asymmetric link or `mtu6`): IPv6
             // forwarding ignores unlocked route MTUs but honours this. Only now: the kernel
@@ -490,13 +531,21 @@ impl Lab {
                 )?;
             }
         }
-        // 5. nftables.
+        Ok(())
+    }
+
+    /// nftables rulesets (loss, filters, NAT) of the hosts that have any.
+    fn load_rulesets(&self) -> Result<(), LabError> {
         for h in &self.plan.hosts {
             if let Some(rules) = nft::ruleset(&self.topology, &self.plan, h) {
                 exec::in_netns(&h.netns, "nft", &["-f", "-"], Some(&rules))?;
             }
         }
-        // 6. Rate limits (tbf on the sending interface).
+        Ok(())
+    }
+
+    /// Rate limits (tbf on the sending interface).
+    fn add_rate_limits(&self) -> Result<(), LabError> {
         for h in &self.plan.hosts {
             for i in &h.ifaces {
                 let link = &self.plan.links[i.link];
@@ -530,7 +579,11 @@ impl Lab {
                 }
             }
         }
-        // 7. Sysctls: conntrack behaviour of NAT hops, then the user's.
+        Ok(())
+    }
+
+    /// Sysctls: conntrack behaviour of NAT hops, then the user's.
+    fn write_sysctls(&self) -> Result<(), LabError> {
         for h in &self.plan.hosts {
             if h.position >= 1 && h.position <= self.topology.hops.len() {
                 let hop = &self.topology.hops[h.position - 1];
@@ -553,20 +606,16 @@ impl Lab {
                 }
             }
         }
-        // 8. Delay lines.
+        Ok(())
+    }
+
+    /// Delay lines, one element per link with delay or jitter.
+    fn start_delay_lines(&mut self, helper: &std::path::Path) -> Result<(), LabError> {
         for link in self.plan.links.clone() {
             if let Some(elem) = &link.element_netns {
                 self.start_delay_line(helper, &link, elem)?;
             }
         }
-        // 9. Self-check: the client reaches the server.
-        self.check_path()?;
-        // 10. CPU caps, then sshd (which must start inside its host's cgroup).
-        self.make_cgroups()?;
-        for host in self.topology.sshd_hosts() {
-            self.start_sshd(&host)?;
-        }
-        tracing::info!(lab = %self.id(), elapsed_ms = t0.elapsed().as_millis() as u64, "lab up");
         Ok(())
     }
 

@@ -320,6 +320,23 @@ struct UpSender {
     next_id: u32,
 }
 
+/// Which way a size search probes, with what that side needs.
+enum Prober<'p> {
+    /// The server sends; our receiver task counts `arrivals`.
+    ServerToClient { arrivals: &'p Arrivals },
+    /// We send from `up`'s socket; the server counts what arrived.
+    ClientToServer { up: &'p mut UpSender },
+}
+
+impl Prober<'_> {
+    fn direction(&self) -> Direction {
+        match self {
+            Prober::ServerToClient { .. } => Direction::ServerToClient,
+            Prober::ClientToServer { .. } => Direction::ClientToServer,
+        }
+    }
+}
+
 impl<'a> MtuRun<'a> {
     /// The smallest probe: the option, but never below IPv6's 1280 B minimum link MTU (RFC 8200
     /// §5) on an IPv6 path, where a smaller size says nothing about the path.
@@ -421,54 +438,10 @@ impl<'a> MtuRun<'a> {
         // Not capped at the server's route MTU: that may be a PMTU the kernel cached from an
         // earlier too-big, and the point is to measure the path afresh. Probe sockets ignore the
         // cache; sizes above the interface MTU come back as EMSGSIZE and cap the search.
-        let mut search = Search::new(self.min_size(), self.opts.max_size);
-        let mut icmp = Vec::new();
-        for _ in 0..self.opts.rounds {
-            let sizes = search.next_sizes(8);
-            if sizes.is_empty() {
-                break;
-            }
-            self.down_round += 1;
-            let round = self.down_round;
-            self.progress.status(&format!(
-                "mtu: server→client round {round}: {} sizes",
-                sizes.len()
-            ));
-            let probes = sizes
-                .iter()
-                .map(|&size| ProbeSpec { size, ttl: None })
-                .collect();
-            let wait_ms = self.wait_ms();
-            let reply = ask(
-                &mut self.conn,
-                &Request::ProbeDown {
-                    round,
-                    probes,
-                    attempts: self.opts.attempts,
-                    wait_ms,
-                },
-            )
-            .await?;
-            let Reply::DownSent {
-                probes: sent,
-                icmp: seen,
-                local_mtu,
-                ..
-            } = reply
-            else {
-                return Err(MtuError::Unexpected(format!("{reply:?}")));
-            };
-            if let Some(m) = local_mtu {
-                search.record_local_mtu(m);
-            }
-            tokio::time::sleep(Duration::from_millis(30)).await;
-            tally_down(&mut search, &sent, &arrivals);
-            hint_from_icmp(&mut search, &seen);
-            icmp.extend(seen);
-        }
-        let mut d = direction_data(Direction::ServerToClient, &search, icmp);
-        d.cached_pmtu = cached_pmtu(route_mtu, &search);
-        note_cached_pmtu(&mut self.data, &d);
+        let prober = Prober::ServerToClient {
+            arrivals: &arrivals,
+        };
+        let d = self.search_sizes(prober, route_mtu).await?;
         self.data.down = Some(d);
         Ok(())
     }
@@ -486,6 +459,23 @@ impl<'a> MtuRun<'a> {
             round: 0,
             next_id: 0,
         };
+        let d = self
+            .search_sizes(Prober::ClientToServer { up: &mut up }, route_mtu)
+            .await?;
+        self.data.up = Some(d);
+        self.up = Some(up);
+        Ok(())
+    }
+
+    /// One direction's size search: rounds of up to 8 sizes until it settles or the rounds run
+    /// out, each round's ICMP too-big hints narrowing it. `route_mtu` is the kernel's cached
+    /// path MTU at the sender, reported beside what the search found.
+    async fn search_sizes(
+        &mut self,
+        mut prober: Prober<'_>,
+        route_mtu: Option<u32>,
+    ) -> Result<DirectionData, MtuError> {
+        let direction = prober.direction();
         let mut search = Search::new(self.min_size(), self.opts.max_size);
         let mut icmp = Vec::new();
         for _ in 0..self.opts.rounds {
@@ -493,73 +483,138 @@ impl<'a> MtuRun<'a> {
             if sizes.is_empty() {
                 break;
             }
-            up.round += 1;
-            self.progress.status(&format!(
-                "mtu: client→server round {}: {} sizes",
-                up.round,
-                sizes.len()
-            ));
-            let _ = pmtu::drain_error_queue(&up.sock);
-            let mut sent: Vec<(u32, u16, bool)> = Vec::new();
-            for &size in &sizes {
-                for _ in 0..self.opts.attempts {
-                    up.next_id += 1;
-                    let d = probe_datagram(
-                        self.session,
-                        KIND_UP_PROBE,
-                        ProbeFields {
-                            round: up.round,
-                            id: up.next_id,
-                            size,
-                            ttl: 64,
-                        },
-                        up.overhead,
-                    );
-                    let local = match send_probe(&up.sock, &d) {
-                        Ok(()) => false,
-                        Err(too_big) => {
-                            if too_big {
-                                search.record_local_limit(size);
-                            }
-                            true
-                        }
-                    };
-                    sent.push((up.next_id, size, local));
+            let seen = match &mut prober {
+                Prober::ServerToClient { arrivals } => {
+                    self.down_round += 1;
+                    self.announce_round(direction, self.down_round, sizes.len());
+                    self.probe_down_round(&sizes, &mut search, arrivals).await?
                 }
-            }
-            tokio::time::sleep(self.opts.wait).await;
-            let queue = pmtu::drain_error_queue(&up.sock)?;
-            if let Some(m) = local_mtu(&queue) {
-                search.record_local_mtu(m);
-            }
-            let seen = icmp_list(&queue);
-            let Reply::UpReceived { ids, .. } =
-                ask(&mut self.conn, &Request::UpReceived { round: up.round }).await?
-            else {
-                return Err(MtuError::Unexpected("expected up-received".into()));
+                Prober::ClientToServer { up } => {
+                    up.round += 1;
+                    self.announce_round(direction, up.round, sizes.len());
+                    self.probe_up_round(up, &sizes, &mut search).await?
+                }
             };
-            let ids: HashSet<u32> = ids.into_iter().collect();
-            let mut per: HashMap<u16, (u32, u32)> = HashMap::new();
-            for (id, size, local) in sent {
-                if local {
-                    continue;
-                }
-                let e = per.entry(size).or_default();
-                e.0 += 1;
-                e.1 += u32::from(ids.contains(&id));
-            }
-            for (size, (s, r)) in per {
-                search.record(size, s, r);
-            }
             hint_from_icmp(&mut search, &seen);
             icmp.extend(seen);
         }
-        let mut d = direction_data(Direction::ClientToServer, &search, icmp);
+        let mut d = direction_data(direction, &search, icmp);
         d.cached_pmtu = cached_pmtu(route_mtu, &search);
         note_cached_pmtu(&mut self.data, &d);
-        self.data.up = Some(d);
-        self.up = Some(up);
-        Ok(())
+        Ok(d)
+    }
+
+    fn announce_round(&self, direction: Direction, round: u32, sizes: usize) {
+        let way = match direction {
+            Direction::ServerToClient => "server→client",
+            Direction::ClientToServer => "client→server",
+        };
+        self.progress
+            .status(&format!("mtu: {way} round {round}: {sizes} sizes"));
+    }
+
+    /// Round `self.down_round` server→client: the server sends each size `attempts` times and
+    /// says what it sent and which too-bigs it saw; we count what arrived. Its ICMP too-bigs.
+    async fn probe_down_round(
+        &mut self,
+        sizes: &[u16],
+        search: &mut Search,
+        arrivals: &Arrivals,
+    ) -> Result<Vec<IcmpSeen>, MtuError> {
+        let probes = sizes
+            .iter()
+            .map(|&size| ProbeSpec { size, ttl: None })
+            .collect();
+        let wait_ms = self.wait_ms();
+        let reply = ask(
+            &mut self.conn,
+            &Request::ProbeDown {
+                round: self.down_round,
+                probes,
+                attempts: self.opts.attempts,
+                wait_ms,
+            },
+        )
+        .await?;
+        let Reply::DownSent {
+            probes: sent,
+            icmp: seen,
+            local_mtu,
+            ..
+        } = reply
+        else {
+            return Err(MtuError::Unexpected(format!("{reply:?}")));
+        };
+        if let Some(m) = local_mtu {
+            search.record_local_mtu(m);
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        tally_down(search, &sent, arrivals);
+        Ok(seen)
+    }
+
+    /// Round `up.round` client→server: send each size `attempts` times from our DF socket (a
+    /// size the kernel refuses as too big caps the search), then ask the server which arrived.
+    /// The ICMP too-bigs our socket got.
+    async fn probe_up_round(
+        &mut self,
+        up: &mut UpSender,
+        sizes: &[u16],
+        search: &mut Search,
+    ) -> Result<Vec<IcmpSeen>, MtuError> {
+        let _ = pmtu::drain_error_queue(&up.sock);
+        let mut sent: Vec<(u32, u16, bool)> = Vec::new();
+        for &size in sizes {
+            for _ in 0..self.opts.attempts {
+                up.next_id += 1;
+                let d = probe_datagram(
+                    self.session,
+                    KIND_UP_PROBE,
+                    ProbeFields {
+                        round: up.round,
+                        id: up.next_id,
+                        size,
+                        ttl: 64,
+                    },
+                    up.overhead,
+                );
+                let local = match send_probe(&up.sock, &d) {
+                    Ok(()) => false,
+                    Err(too_big) => {
+                        if too_big {
+                            search.record_local_limit(size);
+                        }
+                        true
+                    }
+                };
+                sent.push((up.next_id, size, local));
+            }
+        }
+        tokio::time::sleep(self.opts.wait).await;
+        let queue = pmtu::drain_error_queue(&up.sock)?;
+        if let Some(m) = local_mtu(&queue) {
+            search.record_local_mtu(m);
+        }
+        let seen = icmp_list(&queue);
+        let Reply::UpReceived { ids, .. } =
+            ask(&mut self.conn, &Request::UpReceived { round: up.round }).await?
+        else {
+            return Err(MtuError::Unexpected("expected up-received".into()));
+        };
+        let ids: HashSet<u32> = ids.into_iter().collect();
+        let mut per: HashMap<u16, (u32, u32)> = HashMap::new();
+        for (id, size, local) in sent {
+            if local {
+                continue;
+            }
+            let e = per.entry(size).or_default();
+            e.0 += 1;
+            e.1 += u32::from(ids.contains(&id));
+        }
+        for (size, (s, r)) in per {
+            search.record(size, s, r);
+        }
+        Ok(seen)
     }
 
     /// TTL-limited probes one byte above the client→server MTU (and small ones for comparison).

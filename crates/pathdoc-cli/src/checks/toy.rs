@@ -8,7 +8,7 @@
 use clap::{ArgMatches, Args};
 use pathdoc_core::{CheckName, CheckOutcome, Finding, FindingId, Report, Status};
 
-use super::{resolved, Check, CheckFuture, ClientCheck, ClientSide};
+use super::{resolved, Check, CheckFuture, ClientCheck, ClientSide, Exporter};
 use crate::cmd::check::{CheckContext, CheckSelection};
 use crate::error::CliError;
 
@@ -76,7 +76,7 @@ static TOY_REGISTRY: &[Check] = &[Check {
     }),
     figures: no_figures,
     page_order: 1,
-    exporter: false,
+    exporter: Exporter::NotExported,
 }];
 
 fn selection(args: &[&str]) -> Result<CheckSelection, clap::Error> {

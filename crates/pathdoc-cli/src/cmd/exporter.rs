@@ -101,7 +101,7 @@ pub fn run(args: ExporterArgs, global: Global) -> anyhow::Result<i32> {
 /// The config, or an error that says what is missing and where an example is.
 fn load(path: &std::path::Path) -> anyhow::Result<Config> {
     let shown = path.display().to_string();
-    match Config::load(&path.to_string_lossy()) {
+    match Config::load(&path.to_string_lossy(), &crate::checks::exporter_modules()) {
         Ok(c) => Ok(c),
         Err(ConfigError::Read { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
             Err(CliError::usage(format!("no exporter config at {shown}"))

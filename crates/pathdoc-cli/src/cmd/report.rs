@@ -134,7 +134,7 @@ mod tests {
             pathdoc_core::Status::Pass,
             "a </script> title",
         ));
-        let html = pathdoc_html::render(&r);
+        let html = pathdoc_html::render(&r, &crate::checks::figures(&r));
         assert_eq!(parse("r.html", &html).unwrap(), r);
     }
 }

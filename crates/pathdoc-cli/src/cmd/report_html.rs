@@ -71,7 +71,7 @@ impl HtmlReportArgs {
 impl PendingHtml {
     /// Render `report`, write it and move it into place. Says where it went on stderr.
     pub fn write(self, report: &Report) -> anyhow::Result<PathBuf> {
-        let html = pathdoc_html::render_with(report, &crate::checks::figures(report));
+        let html = pathdoc_html::render(report, &crate::checks::figures(report));
         let mut file = std::fs::File::create(&self.temp)
             .with_context(|| format!("creating {}", self.temp.display()))?;
         file.write_all(html.as_bytes())

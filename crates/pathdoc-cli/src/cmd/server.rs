@@ -1,7 +1,6 @@
 //! `pathdoc server`: run the far end of every check.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -214,12 +213,10 @@ fn start(args: ServerArgs, global: Global) -> anyhow::Result<i32> {
         .context("starting the async runtime")?;
     runtime.block_on(async move {
         let mut server = Server::new(config);
-        // Each registered check brings its far end (crate::checks).
-        for service in crate::checks::services() {
+        // Each registered check brings its far end (crate::checks); the SSH evidence service
+        // only with --ssh-evidence.
+        for service in crate::checks::services(args.ssh_evidence) {
             server = server.with_service(service);
-        }
-        if args.ssh_evidence {
-            server = server.with_service(Arc::new(pathdoc_ssh::EvidenceService::new()));
         }
         let bound = server.bind().await?;
         if args.ready_line {

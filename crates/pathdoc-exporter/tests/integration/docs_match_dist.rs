@@ -1,6 +1,8 @@
 //! docs/exporter.md shows the shipped Prometheus files verbatim, and the shipped example config
 //! is valid: what users copy from the docs is what the tests run.
 
+use pathdoc_exporter::module::{IDLE, MTU, THROUGHPUT};
+
 fn repo(path: &str) -> String {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
@@ -33,7 +35,11 @@ fn docs_show_the_shipped_scrape_config_and_alert_rules() {
 
 #[test]
 fn the_example_config_is_valid() {
-    let c = pathdoc_exporter::Config::parse(&repo("dist/pathdoc-exporter.toml")).unwrap();
+    let c = pathdoc_exporter::Config::parse(
+        &repo("dist/pathdoc-exporter.toml"),
+        &[&MTU, &THROUGHPUT, &IDLE],
+    )
+    .unwrap();
     assert_eq!(c.modules.len(), 3);
     assert!(c.allowed("server.example.net", "idle").is_some());
 }

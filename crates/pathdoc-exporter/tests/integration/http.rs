@@ -2,7 +2,7 @@
 //! their own status and counted; an allowed target whose server is down is a scrape that
 //! answers `probe_success 0`; `/-/healthy` needs no token; shutdown returns promptly.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,11 @@
 
 use std::net::SocketAddr;
 
-use pathdoc_exporter::Config;
+use pathdoc_exporter::module::{IDLE, MTU, THROUGHPUT};
+use pathdoc_exporter::{Config, ModuleKind};
+
+/// Every module kind the exporter crate has (the binary passes its check registry's).
+pub const KINDS: &[&ModuleKind] = &[&MTU, &THROUGHPUT, &IDLE];
 use tokio_util::sync::CancellationToken;
 
 /// Serve `config` on a free loopback port from a runtime on its own thread: its address, the
@@ -10,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 pub fn serve_on_loopback(
     config: &str,
 ) -> (SocketAddr, CancellationToken, std::thread::JoinHandle<()>) {
-    let config = Config::parse(config).unwrap();
+    let config = Config::parse(config, KINDS).unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     listener.set_nonblocking(true).unwrap();

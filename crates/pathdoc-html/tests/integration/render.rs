@@ -3,10 +3,28 @@
 //! (console, network, pixels) are in crates/pathdoc-cli/tests/lab/report_html.rs.
 
 use pathdoc_core::{Finding, Report, Status};
-use pathdoc_html::{all_figures, render, Body};
+use pathdoc_html::{figures, Body, Figure};
+
+/// Every check's plots, in the binary's page order (its check registry's; this crate has none).
+fn all_figures(report: &Report) -> Vec<Figure> {
+    [
+        figures::idle,
+        figures::mtu,
+        figures::throughput,
+        figures::ssh,
+        figures::analyze,
+    ]
+    .iter()
+    .flat_map(|f| f(report))
+    .collect()
+}
+
+fn render(report: &Report) -> String {
+    pathdoc_html::render(report, &all_figures(report))
+}
 
 fn lab_report() -> Report {
-    serde_json::from_str(include_str!("fixtures/lab-report.json")).expect("fixture")
+    serde_json::from_str(include_str!("../fixtures/lab-report.json")).expect("fixture")
 }
 
 #[test]

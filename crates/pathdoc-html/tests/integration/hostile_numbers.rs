@@ -44,7 +44,7 @@ fn throughput_points_far_outside_the_axes_are_left_out() {
     doc["data"]["throughput"]["runs"][0]["directions"][0]["duration_s"] =
         serde_json::json!(1e20_f64);
     let report: Report = serde_json::from_value(doc).unwrap();
-    let page = pathdoc_html::render(&report);
+    let page = pathdoc_html::render(&report, &pathdoc_html::figures::throughput(&report));
     assert!(page.contains("<svg"), "the plots are still drawn");
     let far: Vec<f64> = svg_attribute_numbers(&page)
         .into_iter()

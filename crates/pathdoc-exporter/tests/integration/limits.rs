@@ -4,7 +4,7 @@
 //! gets a global permit and succeeds within its scrape timeout; numeric headers and query
 //! parameters out of bounds are 400s with a message.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -3,11 +3,10 @@
 //! its retransmissions step by step (seed 003), and a handshake-less connection still analysed.
 
 use etherparse::PacketBuilder;
-use pathdoc_analyze::{Analyzer, Options};
-use pathdoc_capture::source::{from_reader, InputKind};
-use pathdoc_capture::write::{pcap, Frame};
-use pathdoc_capture::CaptureReader;
+use pathdoc_capture::write::Frame;
 use pathdoc_core::{Direction, Finding, Status};
+
+use crate::common;
 
 const C: [u8; 4] = [192, 168, 1, 100];
 const S: [u8; 4] = [203, 0, 113, 10];
@@ -57,22 +56,7 @@ fn tcp(
 }
 
 fn findings(frames: &[Frame]) -> Vec<Finding> {
-    let bytes = pcap(1, frames, false, false);
-    let input = from_reader(
-        "mem",
-        InputKind::File,
-        None,
-        Box::new(std::io::Cursor::new(bytes)),
-    );
-    let mut r = CaptureReader::new(input).unwrap();
-    let mut a = Analyzer::new(Options {
-        list_all: true,
-        ..Options::default()
-    });
-    while let Some(p) = r.next_packet().unwrap() {
-        a.process(&p);
-    }
-    let res = a.finish();
+    let res = common::analyse_listing_all(frames);
     res.listed.into_iter().flat_map(|l| l.findings).collect()
 }
 

@@ -11,6 +11,8 @@ use pathdoc_capture::write::{pcap, Frame};
 use pathdoc_capture::CaptureReader;
 use pathdoc_core::{Direction, Finding, Status};
 
+use crate::common;
+
 const C: [u8; 4] = [192, 168, 1, 100];
 const S: [u8; 4] = [203, 0, 113, 10];
 const T0: i64 = 1_700_000_000_000_000_000;
@@ -78,22 +80,7 @@ impl Pkt {
 
 fn analyse(pkts: &[Pkt]) -> CaptureAnalysis {
     let frames: Vec<Frame> = pkts.iter().map(Pkt::frame).collect();
-    let bytes = pcap(1, &frames, false, false);
-    let input = from_reader(
-        "mem",
-        InputKind::File,
-        None,
-        Box::new(std::io::Cursor::new(bytes)),
-    );
-    let mut r = CaptureReader::new(input).unwrap();
-    let mut a = Analyzer::new(Options {
-        list_all: true,
-        ..Options::default()
-    });
-    while let Some(p) = r.next_packet().unwrap() {
-        a.process(&p);
-    }
-    a.finish()
+    common::analyse_listing_all(&frames)
 }
 
 /// Every finding: per connection, then the capture's and the host pairs'.
