@@ -81,7 +81,15 @@ pub fn render_text(report: &Report) -> String {
     if report.command == pathdoc_core::Command::Speed {
         s.push_str(&crate::speed_table::render(report));
     }
+    // A run over both families: one section per family, in the order they ran.
+    let mut section = None;
     for finding in &report.findings {
+        if report.both_families() && finding.family != section {
+            section = finding.family;
+            if let Some(family) = section {
+                s.push_str(&family_heading(report, family));
+            }
+        }
         render_finding(&mut s, finding);
         s.push('\n');
     }
@@ -89,6 +97,37 @@ pub fn render_text(report: &Report) -> String {
     s.push_str(&crate::report_footer::bottom_line(report));
     s.push_str(&overall_line(report));
     s
+}
+
+/// "── IPv6: [2001:db8::10]:7224 ──" above a family's findings.
+fn family_heading(report: &Report, family: pathdoc_core::AddressFamily) -> String {
+    let address = report
+        .families
+        .iter()
+        .find(|r| r.family == family)
+        .and_then(|r| r.address.as_deref())
+        .map(|a| format!(" {a}"))
+        .unwrap_or_default();
+    format!("── {family}{address} ──\n\n")
+}
+
+/// Each family's worst status, for the overall line of a run over both: "IPv6 FAIL, IPv4 PASS".
+fn per_family(report: &Report) -> String {
+    let parts: Vec<String> = report
+        .families
+        .iter()
+        .map(|run| {
+            let worst = report
+                .findings
+                .iter()
+                .filter(|f| f.family == Some(run.family))
+                .map(|f| f.status)
+                .max()
+                .unwrap_or(Status::Pass);
+            format!("{} {worst}", run.family)
+        })
+        .collect();
+    parts.join(", ")
 }
 
 /// The last line: what the run as a whole amounts to, in the same terms as the exit code.
@@ -107,16 +146,23 @@ fn overall_line(report: &Report) -> String {
         Status::Fail => "problem found",
         Status::Inconclusive => "not decided: see the reasons above",
     };
-    let failed: Vec<&str> = report
-        .findings
-        .iter()
-        .filter(|f| f.id == CHECK_FAILED)
-        .map(|f| f.check.as_str())
-        .collect();
-    let also = match failed.as_slice() {
+    let mut failed: Vec<String> = Vec::new();
+    for f in report.findings.iter().filter(|f| f.id == CHECK_FAILED) {
+        let name = match f.family {
+            Some(family) if report.both_families() => format!("{} over {family}", f.check),
+            _ => f.check.clone(),
+        };
+        if !failed.contains(&name) {
+            failed.push(name);
+        }
+    }
+    let mut also = match failed.as_slice() {
         [] => String::new(),
         checks => format!("; could not run: {}", checks.join(", ")),
     };
+    if report.both_families() {
+        also.push_str(&format!("; {}", per_family(report)));
+    }
     format!("Overall: {overall} ({verdict}{also}) — {target}\n")
 }
 
@@ -125,7 +171,11 @@ fn overall_line(report: &Report) -> String {
 pub fn render_compact(report: &Report) -> Vec<String> {
     let mut lines = Vec::new();
     for f in &report.findings {
-        lines.push(format!("[{}] {}", f.status.label(), f.title));
+        let family = match f.family {
+            Some(family) if report.both_families() => format!("{family}: "),
+            _ => String::new(),
+        };
+        lines.push(format!("[{}] {family}{}", f.status.label(), f.title));
         if f.status >= Status::Inconclusive {
             for e in f.evidence.iter().take(3) {
                 lines.push(format!("    {}: {}", e.name, e.value));
