@@ -186,7 +186,9 @@ fn idle_service() -> Arc<dyn Service> {
 pub fn figures(report: &Report) -> Vec<Figure> {
     let mut checks: Vec<&Check> = CHECKS.iter().collect();
     checks.sort_by_key(|c| c.page_order);
-    checks.iter().flat_map(|c| (c.figures)(report)).collect()
+    pathdoc_html::per_family(report, |r| {
+        checks.iter().flat_map(|c| (c.figures)(r)).collect()
+    })
 }
 
 /// The services `pathdoc server` runs for every client.

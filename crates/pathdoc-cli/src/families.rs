@@ -84,12 +84,17 @@ pub fn unreachable(
             )),
         )
     } else {
+        let seen = match decisive {
+            Some((_, AttemptError::ConnectionRefused)) => format!(
+                "Nothing listens on port {port} there over {family} (the connect was refused): the \
+                 server may listen on an {other} address only (`pathdoc server` listens on \
+                 0.0.0.0:{port} unless told otherwise)."
+            ),
+            _ => format!("Something answers there over {family}, but not as this pathdoc server."),
+        };
         (
             Status::Info,
-            format!(
-                "Something there answers over {family} but not as the pathdoc server: it may listen \
-                 on an {other} address only. That is no fault of the path."
-            ),
+            format!("{seen} That is no fault of the path."),
             Remedy::new(format!(
                 "Start the server on every address family: `pathdoc server --listen [::]:{port}` \
                  accepts {other} and {family} alike."

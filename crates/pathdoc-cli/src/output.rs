@@ -107,7 +107,7 @@ fn family_heading(report: &Report, family: pathdoc_core::AddressFamily) -> Strin
         .find(|r| r.family == family)
         .and_then(|r| r.address.as_deref())
         .map(|a| format!(" {a}"))
-        .unwrap_or_default();
+        .unwrap_or_else(|| " (not reached)".to_string());
     format!("── {family}{address} ──\n\n")
 }
 
@@ -117,6 +117,9 @@ fn per_family(report: &Report) -> String {
         .families
         .iter()
         .map(|run| {
+            if run.address.is_none() {
+                return format!("{} not reached", run.family);
+            }
             let worst = report
                 .findings
                 .iter()
@@ -124,6 +127,12 @@ fn per_family(report: &Report) -> String {
                 .map(|f| f.status)
                 .max()
                 .unwrap_or(Status::Pass);
+            // PASS and INFO alike: nothing wrong over that family.
+            let worst = if worst == Status::Info {
+                Status::Pass
+            } else {
+                worst
+            };
             format!("{} {worst}", run.family)
         })
         .collect();
@@ -171,8 +180,11 @@ fn overall_line(report: &Report) -> String {
 pub fn render_compact(report: &Report) -> Vec<String> {
     let mut lines = Vec::new();
     for f in &report.findings {
+        // "IPv6 only: …" titles name their family already.
         let family = match f.family {
-            Some(family) if report.both_families() => format!("{family}: "),
+            Some(family) if report.both_families() && !f.title.starts_with(family.label()) => {
+                format!("{family}: ")
+            }
             _ => String::new(),
         };
         lines.push(format!("[{}] {family}{}", f.status.label(), f.title));
@@ -343,5 +355,35 @@ mod tests {
         );
         r.interrupted = true;
         assert!(render_text(&r).contains("Overall: INTERRUPTED — partial results"));
+    }
+
+    #[test]
+    fn a_run_over_both_families_has_a_section_each_and_says_each_verdict() {
+        use pathdoc_core::{AddressFamily, FamilyRun};
+        let mut r = Report::new(pathdoc_core::Command::Check, "server:7224");
+        r.families = [AddressFamily::Ipv6, AddressFamily::Ipv4]
+            .map(|family| FamilyRun {
+                family,
+                address: Some(format!("{}-addr", family.key())),
+            })
+            .to_vec();
+        r.findings = vec![
+            Finding::new("mtu", "pmtud-black-hole", Status::Fail, "IPv6 only: x")
+                .family(AddressFamily::Ipv6),
+            Finding::new("mtu", "path-mtu", Status::Pass, "fine").family(AddressFamily::Ipv4),
+        ];
+        let text = render_text(&r);
+        let v6 = text.find("── IPv6 ipv6-addr ──").expect(&text);
+        let v4 = text.find("── IPv4 ipv4-addr ──").expect(&text);
+        assert!(v6 < text.find("IPv6 only: x").unwrap() && v4 > v6, "{text}");
+        assert!(
+            text.contains("Overall: FAIL (problem found; IPv6 FAIL, IPv4 PASS) — server:7224"),
+            "{text}"
+        );
+        assert_eq!(
+            render_compact(&r)[0],
+            "[FAIL] IPv6 only: x",
+            "the demo's lines name the family too"
+        );
     }
 }

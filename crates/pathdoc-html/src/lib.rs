@@ -10,7 +10,7 @@ pub mod path;
 pub mod plot;
 pub mod view;
 
-use pathdoc_core::Report;
+use pathdoc_core::{AddressFamily, Report};
 
 pub use plot::{Body, Figure, Series};
 
@@ -74,16 +74,53 @@ pub mod figures {
 /// captures' time-sequence graphs. The binary draws its check registry's figures instead (the
 /// same functions, in its order); this is the order for callers without a registry.
 pub fn all_figures(report: &Report) -> Vec<Figure> {
-    [
-        figures::idle,
-        figures::mtu,
-        figures::throughput,
-        figures::ssh,
-        figures::analyze,
-    ]
-    .iter()
-    .flat_map(|f| f(report))
-    .collect()
+    per_family(report, |r| {
+        [
+            figures::idle,
+            figures::mtu,
+            figures::throughput,
+            figures::ssh,
+            figures::analyze,
+        ]
+        .iter()
+        .flat_map(|f| f(r))
+        .collect()
+    })
+}
+
+/// `draw`'s figures of the report — in a run over both address families, drawn once per family
+/// from that family's data (ids `ipv6-…`, titles "IPv6: …"), the families in the order they ran.
+pub fn per_family(report: &Report, draw: impl Fn(&Report) -> Vec<Figure>) -> Vec<Figure> {
+    if !report.both_families() {
+        return draw(report);
+    }
+    let mut out = Vec::new();
+    for run in &report.families {
+        for mut f in draw(&report.for_family(run.family)) {
+            f.id = format!("{}-{}", run.family.key(), f.id);
+            f.title = format!("{}: {}", run.family.label(), f.title);
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// The path table(s): one per address family in a run over both, each from its family's data.
+pub fn paths(report: &Report) -> Vec<(Option<AddressFamily>, path::PathInfo)> {
+    if !report.both_families() {
+        return vec![(None, path::PathInfo::from_report(report))];
+    }
+    report
+        .families
+        .iter()
+        .map(|run| {
+            let mut info = path::PathInfo::from_report(&report.for_family(run.family));
+            if let Some(a) = &run.address {
+                info.server = a.clone();
+            }
+            (Some(run.family), info)
+        })
+        .collect()
 }
 
 /// The whole HTML document for `report`.
@@ -93,7 +130,7 @@ pub fn render(report: &Report) -> String {
 
 /// The whole HTML document for `report`, with these plots.
 pub fn render_with(report: &Report, figures: &[Figure]) -> String {
-    page::page(report, figures, &path::PathInfo::from_report(report))
+    page::page(report, figures, &paths(report))
 }
 
 /// The JSON report embedded in a page written by [`render`], if `html` is one.
