@@ -338,7 +338,7 @@ pub struct Finding {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hop: Option<u32>,
     /// The address family the finding is about: set on every finding of a run against a server
-    /// address (`check`, `speed`, `ssh`), absent where no family applies (captures).
+    /// address by `pathdoc check`, absent elsewhere (captures; `speed` and `ssh` keep one family).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub family: Option<AddressFamily>,
     /// One line: the diagnosis.
