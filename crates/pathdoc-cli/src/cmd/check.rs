@@ -21,7 +21,8 @@ use crate::families;
 use crate::progress::TerminalProgress;
 use crate::{interrupt, output, Global};
 use pathdoc_core::{AddressFamily, FamilyRun, Progress};
-use pathdoc_proto::preflight::{self, PreflightError, PreflightOptions, Reached};
+use pathdoc_proto::preflight::{self, AttemptError, PreflightError, PreflightOptions, Reached};
+use std::time::Duration;
 
 pub const EXAMPLES: &str = "Examples:
   pathdoc check server.example.net           # all checks; the idle check takes up to 2 h 10 min
@@ -274,16 +275,9 @@ async fn reach_families(
             names.join(" and ")
         ));
     }
-    let token = &args.target.auth_token;
-    // At most two groups (one per family).
-    let attempt = |i: usize| async move {
-        let (family, addrs) = groups.get(i)?;
-        let r = preflight::reach(addrs, token.clone(), PreflightOptions::default()).await;
-        Some((*family, r))
-    };
-    let reached: Vec<_> = tokio::select! {
-        _ = cancel.cancelled() => return Ok(None),
-        (a, b) = async { tokio::join!(attempt(0), attempt(1)) } => a.into_iter().chain(b).collect(),
+    let reached = match preflight_all(groups, &args.target.auth_token, cancel).await {
+        Some(r) => r,
+        None => return Ok(None),
     };
     if reached.iter().all(|(_, r)| r.is_err()) {
         let attempts = reached
@@ -297,6 +291,68 @@ async fn reach_families(
         ));
     }
     Ok(Some(reached))
+}
+
+/// How long the other family may still take once one family answered: three SYNs (at 0, 1 and
+/// 3 s) and a moment for the reply. Applications with Happy Eyeballs fall back after 250 ms;
+/// a family silent for this long is one that every other application waits on.
+const OTHER_FAMILY_GRACE: Duration = Duration::from_secs(4);
+
+/// Each group's preflight, all at once; once one answered, the others get
+/// [`OTHER_FAMILY_GRACE`] more (the ones still pending then count as connect timeouts). In
+/// `groups` order; `None` when interrupted.
+async fn preflight_all(
+    groups: &[(AddressFamily, Vec<SocketAddr>)],
+    token: &Option<String>,
+    cancel: &CancellationToken,
+) -> Option<Vec<(AddressFamily, Result<Reached, PreflightError>)>> {
+    let mut pending = tokio::task::JoinSet::new();
+    for (i, (_, addrs)) in groups.iter().enumerate() {
+        let (addrs, token) = (addrs.clone(), token.clone());
+        pending.spawn(async move {
+            let r = preflight::reach(&addrs, token, PreflightOptions::default()).await;
+            (i, r)
+        });
+    }
+    let mut results: Vec<Option<Result<Reached, PreflightError>>> =
+        groups.iter().map(|_| None).collect();
+    let mut grace: Option<tokio::time::Instant> = None;
+    loop {
+        let until = grace.unwrap_or_else(tokio::time::Instant::now);
+        tokio::select! {
+            _ = cancel.cancelled() => return None,
+            joined = pending.join_next() => match joined {
+                None => break,
+                Some(Ok((i, r))) => {
+                    if r.is_ok() && grace.is_none() {
+                        grace = Some(tokio::time::Instant::now() + OTHER_FAMILY_GRACE);
+                    }
+                    results[i] = Some(r);
+                }
+                Some(Err(_)) => {}
+            },
+            _ = tokio::time::sleep_until(until), if grace.is_some() => {
+                pending.abort_all();
+                break;
+            }
+        }
+    }
+    let out = groups
+        .iter()
+        .zip(results)
+        .map(|((family, addrs), r)| {
+            let r = r.unwrap_or_else(|| {
+                Err(PreflightError {
+                    attempts: addrs
+                        .iter()
+                        .map(|a| (*a, AttemptError::ConnectTimeout(OTHER_FAMILY_GRACE)))
+                        .collect(),
+                })
+            });
+            (*family, r)
+        })
+        .collect();
+    Some(out)
 }
 
 /// The report of a run interrupted before any check started.

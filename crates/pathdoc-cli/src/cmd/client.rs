@@ -303,3 +303,36 @@ pub fn abandoned(report: &mut Report, check: CheckName) {
         )),
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_with_both_families_is_two_groups_unless_one_family_was_asked_for() {
+        let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let addrs = [
+            a("[2001:db8::1]:7224"),
+            a("192.0.2.1:7224"),
+            a("[2001:db8::2]:7224"),
+        ];
+        let plan = |family| TargetPlan {
+            target: Target::parse("server").unwrap(),
+            port: 7224,
+            family,
+        };
+        let groups = family_groups(&plan(Family::Any), &addrs);
+        assert_eq!(groups.len(), 2);
+        assert_eq!(
+            groups[0].0,
+            AddressFamily::Ipv6,
+            "the resolver's first family first"
+        );
+        assert_eq!(groups[0].1, [addrs[0], addrs[2]]);
+        assert_eq!(groups[1], (AddressFamily::Ipv4, vec![addrs[1]]));
+        // -4/-6 (or --bind) already filtered the addresses to one family: one group.
+        assert_eq!(family_groups(&plan(Family::V6), &addrs[..1]).len(), 1);
+        assert_eq!(family_groups(&plan(Family::Any), &addrs[1..2]).len(), 1);
+        assert!(family_groups(&plan(Family::Any), &[]).is_empty());
+    }
+}
