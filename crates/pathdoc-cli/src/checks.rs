@@ -221,7 +221,9 @@ fn ssh_evidence_service() -> Arc<dyn Service> {
 pub fn figures(report: &Report) -> Vec<Figure> {
     let mut checks: Vec<&Check> = CHECKS.iter().collect();
     checks.sort_by_key(|c| c.page_order);
-    checks.iter().flat_map(|c| (c.figures)(report)).collect()
+    pathdoc_html::per_family(report, |r| {
+        checks.iter().flat_map(|c| (c.figures)(r)).collect()
+    })
 }
 
 /// The services a `pathdoc server` runs: every check's that is always offered, and with

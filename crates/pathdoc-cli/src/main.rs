@@ -7,6 +7,7 @@ mod args;
 mod checks;
 mod cmd;
 mod error;
+mod families;
 mod interrupt;
 mod json_log;
 mod output;

@@ -59,6 +59,7 @@ pub fn terminal_safe_report(report: &Report) -> Report {
         },
         interrupted: report.interrupted,
         provenance: report.provenance.clone(),
+        families: report.families.clone(),
     };
     let Ok(mut value) = serde_json::to_value(&shown) else {
         return shown;
@@ -98,7 +99,15 @@ pub fn render_text(report: &Report) -> String {
     if report.command == pathdoc_core::Command::Speed {
         s.push_str(&crate::speed_table::render(report));
     }
+    // A run over both families: one section per family, in the order they ran.
+    let mut section = None;
     for finding in &report.findings {
+        if report.both_families() && finding.family != section {
+            section = finding.family;
+            if let Some(family) = section {
+                s.push_str(&family_heading(report, family));
+            }
+        }
         render_finding(&mut s, finding);
         s.push('\n');
     }
@@ -106,6 +115,46 @@ pub fn render_text(report: &Report) -> String {
     s.push_str(&crate::report_footer::bottom_line(report));
     s.push_str(&overall_line(report));
     s
+}
+
+/// "── IPv6: [2001:db8::10]:7224 ──" above a family's findings.
+fn family_heading(report: &Report, family: pathdoc_core::AddressFamily) -> String {
+    let address = report
+        .families
+        .iter()
+        .find(|r| r.family == family)
+        .and_then(|r| r.address.as_deref())
+        .map(|a| format!(" {a}"))
+        .unwrap_or_else(|| " (not reached)".to_string());
+    format!("── {family}{address} ──\n\n")
+}
+
+/// Each family's worst status, for the overall line of a run over both: "IPv6 FAIL, IPv4 PASS".
+fn per_family(report: &Report) -> String {
+    let parts: Vec<String> = report
+        .families
+        .iter()
+        .map(|run| {
+            if run.address.is_none() {
+                return format!("{} not reached", run.family);
+            }
+            let worst = report
+                .findings
+                .iter()
+                .filter(|f| f.family == Some(run.family))
+                .map(|f| f.status)
+                .max()
+                .unwrap_or(Status::Pass);
+            // PASS and INFO alike: nothing wrong over that family.
+            let worst = if worst == Status::Info {
+                Status::Pass
+            } else {
+                worst
+            };
+            format!("{} {worst}", run.family)
+        })
+        .collect();
+    parts.join(", ")
 }
 
 /// The last line: what the run as a whole amounts to, in the same terms as the exit code.
@@ -124,16 +173,23 @@ fn overall_line(report: &Report) -> String {
         Status::Fail => "problem found",
         Status::Inconclusive => "not decided: see the reasons above",
     };
-    let failed: Vec<&str> = report
-        .findings
-        .iter()
-        .filter(|f| f.id == CHECK_FAILED)
-        .map(|f| f.check.as_str())
-        .collect();
-    let also = match failed.as_slice() {
+    let mut failed: Vec<String> = Vec::new();
+    for f in report.findings.iter().filter(|f| f.id == CHECK_FAILED) {
+        let name = match f.family {
+            Some(family) if report.both_families() => format!("{} over {family}", f.check),
+            _ => f.check.clone(),
+        };
+        if !failed.contains(&name) {
+            failed.push(name);
+        }
+    }
+    let mut also = match failed.as_slice() {
         [] => String::new(),
         checks => format!("; could not run: {}", checks.join(", ")),
     };
+    if report.both_families() {
+        also.push_str(&format!("; {}", per_family(report)));
+    }
     format!("Overall: {overall} ({verdict}{also}) — {target}\n")
 }
 
@@ -142,7 +198,14 @@ fn overall_line(report: &Report) -> String {
 pub fn render_compact(report: &Report) -> Vec<String> {
     let mut lines = Vec::new();
     for f in &report.findings {
-        lines.push(format!("[{}] {}", f.status.label(), f.title));
+        // "IPv6 only: …" titles name their family already.
+        let family = match f.family {
+            Some(family) if report.both_families() && !f.title.starts_with(family.label()) => {
+                format!("{family}: ")
+            }
+            _ => String::new(),
+        };
+        lines.push(format!("[{}] {family}{}", f.status.label(), f.title));
         if f.status >= Status::Inconclusive {
             for e in f.evidence.iter().take(3) {
                 lines.push(format!("    {}: {}", e.name, e.value));
@@ -310,5 +373,35 @@ mod tests {
         );
         r.interrupted = true;
         assert!(render_text(&r).contains("Overall: INTERRUPTED — partial results"));
+    }
+
+    #[test]
+    fn a_run_over_both_families_has_a_section_each_and_says_each_verdict() {
+        use pathdoc_core::{AddressFamily, FamilyRun};
+        let mut r = Report::new(pathdoc_core::Command::Check, "server:7224");
+        r.families = [AddressFamily::Ipv6, AddressFamily::Ipv4]
+            .map(|family| FamilyRun {
+                family,
+                address: Some(format!("{}-addr", family.key())),
+            })
+            .to_vec();
+        r.findings = vec![
+            Finding::new("mtu", "pmtud-black-hole", Status::Fail, "IPv6 only: x")
+                .family(AddressFamily::Ipv6),
+            Finding::new("mtu", "path-mtu", Status::Pass, "fine").family(AddressFamily::Ipv4),
+        ];
+        let text = render_text(&r);
+        let v6 = text.find("── IPv6 ipv6-addr ──").expect(&text);
+        let v4 = text.find("── IPv4 ipv4-addr ──").expect(&text);
+        assert!(v6 < text.find("IPv6 only: x").unwrap() && v4 > v6, "{text}");
+        assert!(
+            text.contains("Overall: FAIL (problem found; IPv6 FAIL, IPv4 PASS) — server:7224"),
+            "{text}"
+        );
+        assert_eq!(
+            render_compact(&r)[0],
+            "[FAIL] IPv6 only: x",
+            "the demo's lines name the family too"
+        );
     }
 }

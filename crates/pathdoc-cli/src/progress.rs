@@ -19,6 +19,8 @@ pub const PLAIN_CADENCE: Duration = Duration::from_secs(30);
 
 pub struct TerminalProgress {
     mode: Mode,
+    /// Put before every line while set: the address family a run over both is in ("IPv6: ").
+    label: Mutex<Option<String>>,
 }
 
 enum Mode {
@@ -53,7 +55,23 @@ impl TerminalProgress {
                 cadence: plain_cadence(),
             }))
         };
-        TerminalProgress { mode }
+        TerminalProgress {
+            mode,
+            label: Mutex::new(None),
+        }
+    }
+
+    /// Prefix every status and note with `label` (`None`: no prefix), so a run over both
+    /// address families says which one is running.
+    pub fn set_label(&self, label: Option<&str>) {
+        *self.label.lock().unwrap_or_else(|e| e.into_inner()) = label.map(str::to_string);
+    }
+
+    fn labelled<'a>(&self, message: &'a str) -> std::borrow::Cow<'a, str> {
+        match &*self.label.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(l) => format!("{l}: {message}").into(),
+            None => message.into(),
+        }
     }
 
     pub fn finish(&self) {
@@ -89,6 +107,7 @@ impl Plain {
 
 impl pathdoc_core::Progress for TerminalProgress {
     fn status(&self, message: &str) {
+        let message = &*self.labelled(message);
         match &self.mode {
             // The bar writes to the terminal itself, past the print macros' escaping.
             Mode::Bar(bar) => {
@@ -111,6 +130,7 @@ impl pathdoc_core::Progress for TerminalProgress {
     }
 
     fn note(&self, message: &str) {
+        let message = &*self.labelled(message);
         match &self.mode {
             Mode::Bar(bar) => bar.println(pathdoc_core::text::terminal_safe_line(message)),
             Mode::Plain(plain) => plain

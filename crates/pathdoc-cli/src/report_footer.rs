@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use pathdoc_core::report::{CHECK_FAILED, CHECK_INTERRUPTED, CHECK_NOT_RUN};
-use pathdoc_core::{units, Finding, Remedy, Report, Status};
+use pathdoc_core::{units, AddressFamily, Finding, Remedy, Report, Status};
 
 /// How many fixes the bottom line names; the findings above hold the rest.
 const FIXES_SHOWN: usize = 2;
@@ -46,31 +46,23 @@ pub fn bottom_line(report: &Report) -> String {
     if problems.is_empty() {
         return nothing_to_fix(report);
     }
-    // (finding, its first remedy, every host that same fix applies on)
-    let mut fixes: Vec<(&Finding, Option<&Remedy>, Vec<String>)> = Vec::new();
-    for f in &problems {
-        let r = f.remedies.first();
-        let host = r.and_then(|r| r.host.as_ref()).map(|h| h.to_string());
-        // The same fix for both directions, or for both ends, is one thing to do.
-        let same = fixes.iter_mut().find(|(_, seen, _)| {
-            matches!((seen, r), (Some(a), Some(b)) if a.description == b.description && a.command == b.command)
-        });
-        match same {
-            Some((_, _, hosts)) => {
-                if let Some(h) = host.filter(|h| !hosts.contains(h)) {
-                    hosts.push(h);
-                }
-            }
-            None => fixes.push((f, r, host.into_iter().collect())),
-        }
-    }
+    let fixes = distinct_fixes(&problems);
     let more = fixes.len().saturating_sub(FIXES_SHOWN);
     let mut s = String::from("Bottom line — fix first:\n");
-    for (i, (f, remedy, hosts)) in fixes.iter().take(FIXES_SHOWN).enumerate() {
+    for (i, fix) in fixes.iter().take(FIXES_SHOWN).enumerate() {
+        let (f, remedy) = (fix.finding, fix.remedy);
+        // In a run over both families, which one the fix is for.
+        let families = match fix.families.as_slice() {
+            _ if !report.both_families() => String::new(),
+            [] => String::new(),
+            [one] if f.title.starts_with(&format!("{one} only")) => format!(", {one} only"),
+            [one] => format!(", {one}"),
+            _ => ", IPv4 and IPv6".to_string(),
+        };
         s.push_str(&format!(
-            "  {}. {} ({} {})\n",
+            "  {}. {} ({} {}{families})\n",
             i + 1,
-            fix_line(f, *remedy, hosts),
+            fix_line(f, remedy, &fix.hosts),
             f.status,
             f.check
         ));
@@ -88,6 +80,47 @@ pub fn bottom_line(report: &Report) -> String {
         ));
     }
     s
+}
+
+/// One thing to do: the first remedy of a problem, with every host and family it applies to.
+struct Fix<'a> {
+    finding: &'a Finding,
+    remedy: Option<&'a Remedy>,
+    hosts: Vec<String>,
+    families: Vec<AddressFamily>,
+}
+
+/// The problems' first remedies, one entry per distinct fix: the same fix for both directions,
+/// both ends or both families is one thing to do.
+fn distinct_fixes<'a>(problems: &[&'a Finding]) -> Vec<Fix<'a>> {
+    let mut fixes: Vec<Fix<'a>> = Vec::new();
+    for f in problems {
+        let r = f.remedies.first();
+        let host = r.and_then(|r| r.host.as_ref()).map(|h| h.to_string());
+        let same = fixes.iter().position(|fix| {
+            matches!((fix.remedy, r), (Some(a), Some(b)) if a.description == b.description && a.command == b.command)
+        });
+        let i = match same {
+            Some(i) => i,
+            None => {
+                fixes.push(Fix {
+                    finding: f,
+                    remedy: r,
+                    hosts: Vec::new(),
+                    families: Vec::new(),
+                });
+                fixes.len() - 1
+            }
+        };
+        let fix = &mut fixes[i];
+        if let Some(h) = host.filter(|h| !fix.hosts.contains(h)) {
+            fix.hosts.push(h);
+        }
+        if let Some(family) = f.family.filter(|x| !fix.families.contains(x)) {
+            fix.families.push(family);
+        }
+    }
+    fixes
 }
 
 /// A finding about the path, not the runner's note that a check did not run.

@@ -15,6 +15,6 @@ pub mod units;
 pub use check::{CheckName, CheckOutcome, Command};
 pub use progress::{NoProgress, Progress};
 pub use report::{
-    Direction, Evidence, Finding, FindingId, Host, Provenance, Quantity, Remedy, Report, Status,
-    GENERIC_FINDING_IDS,
+    AddressFamily, Direction, Evidence, FamilyRun, Finding, FindingId, Host, Provenance, Quantity,
+    Remedy, Report, Status, GENERIC_FINDING_IDS,
 };

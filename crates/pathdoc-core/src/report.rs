@@ -10,8 +10,69 @@ use std::time::Duration;
 use crate::check::Command;
 use crate::units;
 
-/// Version of the JSON report schema (`schema` field of every `--json` output).
-pub const SCHEMA_VERSION: &str = "pathdoc.report/1";
+/// Version of the JSON report schema (`schema` field of every `--json` output). Version 2 added
+/// the address family: `family` on findings, the report's `families`, and in a run over both
+/// families the data of each under `data.ipv4` / `data.ipv6` (docs/output.md).
+pub const SCHEMA_VERSION: &str = "pathdoc.report/2";
+
+/// Every schema version `pathdoc report` reads: version 1 is version 2 without families.
+pub const SCHEMA_VERSIONS_READ: &[&str] = &["pathdoc.report/1", SCHEMA_VERSION];
+
+/// The IP version a finding or a measurement is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AddressFamily {
+    Ipv4,
+    Ipv6,
+}
+
+impl AddressFamily {
+    pub fn of(ip: &std::net::IpAddr) -> Self {
+        if ip.is_ipv4() {
+            AddressFamily::Ipv4
+        } else {
+            AddressFamily::Ipv6
+        }
+    }
+
+    /// "IPv4" / "IPv6", as people write it.
+    pub fn label(self) -> &'static str {
+        match self {
+            AddressFamily::Ipv4 => "IPv4",
+            AddressFamily::Ipv6 => "IPv6",
+        }
+    }
+
+    /// The JSON name and the key of its data in a run over both families: `ipv4` / `ipv6`.
+    pub fn key(self) -> &'static str {
+        match self {
+            AddressFamily::Ipv4 => "ipv4",
+            AddressFamily::Ipv6 => "ipv6",
+        }
+    }
+
+    pub fn other(self) -> Self {
+        match self {
+            AddressFamily::Ipv4 => AddressFamily::Ipv6,
+            AddressFamily::Ipv6 => AddressFamily::Ipv4,
+        }
+    }
+}
+
+impl fmt::Display for AddressFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// One address family a run covered, and the server address it reached in it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FamilyRun {
+    pub family: AddressFamily,
+    /// `address:port` reached (`[v6]:port`); absent when that family could not be reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+}
 
 /// Outcome of one finding. Ordered from best to worst so a report's overall status is the max,
 /// except that `Inconclusive` never hides a `Fail`.
@@ -256,6 +317,10 @@ pub const GENERIC_FINDING_IDS: &[FindingId] = &[
         id: CHECK_NOT_RUN,
         meaning: "the check (or one test of it) never started: the run was interrupted first: INFO",
     },
+    FindingId {
+        id: FAMILY_UNREACHABLE,
+        meaning: "the name has IPv4 and IPv6 addresses and the server answered over one family only; the checks ran over that one. Connects that time out or find no route: WARN (applications that do not fall back wait for them); refused or another answer: INFO",
+    },
 ];
 
 /// One verdict of one check.
@@ -272,6 +337,10 @@ pub struct Finding {
     /// The hop (router count from the client) the finding locates, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hop: Option<u32>,
+    /// The address family the finding is about: set on every finding of a run against a server
+    /// address by `pathdoc check`, absent elsewhere (captures; `speed` and `ssh` keep one family).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub family: Option<AddressFamily>,
     /// One line: the diagnosis.
     pub title: String,
     /// A few sentences: what was seen and what it means (or, if inconclusive, why).
@@ -296,6 +365,7 @@ impl Finding {
             status,
             direction: None,
             hop: None,
+            family: None,
             title: title.into(),
             summary: String::new(),
             requirement: None,
@@ -311,6 +381,11 @@ impl Finding {
 
     pub fn hop(mut self, hop: u32) -> Self {
         self.hop = Some(hop);
+        self
+    }
+
+    pub fn family(mut self, family: AddressFamily) -> Self {
+        self.family = Some(family);
         self
     }
 
@@ -356,7 +431,12 @@ pub struct Report {
     /// The peer or lab the command ran against.
     pub target: String,
     pub findings: Vec<Finding>,
-    /// Per-check raw measurements (samples, probe tables), keyed by check name.
+    /// The address families the run covered, in the order they ran (this host's preferred one
+    /// first). Empty for commands without a server address (captures) and in version 1 reports.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub families: Vec<FamilyRun>,
+    /// Per-check raw measurements (samples, probe tables), keyed by check name — in a run over
+    /// both families keyed by family first (`data.ipv6.mtu`, see [`Report::family_data`]).
     #[serde(default)]
     pub data: serde_json::Map<String, serde_json::Value>,
     /// The user stopped the run (Ctrl-C, SIGTERM): the findings are what was measured until
@@ -449,6 +529,8 @@ pub const CHECK_FAILED: &str = "check-failed";
 pub const CHECK_INTERRUPTED: &str = "check-interrupted";
 /// Finding id of a check that never started because the run was interrupted first.
 pub const CHECK_NOT_RUN: &str = "check-not-run";
+/// Finding id of an address family of a dual-stack name over which the server did not answer.
+pub const FAMILY_UNREACHABLE: &str = "family-unreachable";
 
 /// Exit codes scripts can rely on (docs/output.md).
 pub mod exit {
@@ -472,10 +554,40 @@ impl Report {
             command,
             target: target.into(),
             findings: Vec::new(),
+            families: Vec::new(),
             data: serde_json::Map::new(),
             interrupted: false,
             provenance: None,
         }
+    }
+
+    /// The run covered both address families (its data is keyed by family).
+    pub fn both_families(&self) -> bool {
+        self.families.len() > 1
+    }
+
+    /// The measurements of one family: `data.<family>` in a run over both, else `data` when the
+    /// run covered that family (or did not say).
+    pub fn family_data(
+        &self,
+        family: AddressFamily,
+    ) -> Option<&serde_json::Map<String, serde_json::Value>> {
+        if self.both_families() {
+            return self.data.get(family.key()).and_then(|v| v.as_object());
+        }
+        match self.families.first() {
+            Some(run) if run.family != family => None,
+            _ => Some(&self.data),
+        }
+    }
+
+    /// The report as if the run had covered `family` only: its findings and its data.
+    pub fn for_family(&self, family: AddressFamily) -> Report {
+        let mut r = self.clone();
+        r.findings.retain(|f| f.family.is_none_or(|x| x == family));
+        r.data = self.family_data(family).cloned().unwrap_or_default();
+        r.families.retain(|run| run.family == family);
+        r
     }
 
     /// Every finding says its check could not run (and there is at least one).

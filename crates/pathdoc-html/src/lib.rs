@@ -10,7 +10,7 @@ pub mod path;
 pub mod plot;
 pub mod view;
 
-use pathdoc_core::Report;
+use pathdoc_core::{AddressFamily, Report};
 
 pub use plot::{Body, Figure, Series};
 
@@ -70,10 +70,46 @@ pub mod figures {
     }
 }
 
+/// `draw`'s figures of the report — in a run over both address families, drawn once per family
+/// from that family's data (ids `ipv6-…`, titles "IPv6: …"), the families in the order they ran.
+pub fn per_family(report: &Report, draw: impl Fn(&Report) -> Vec<Figure>) -> Vec<Figure> {
+    if !report.both_families() {
+        return draw(report);
+    }
+    let mut out = Vec::new();
+    for run in &report.families {
+        for mut f in draw(&report.for_family(run.family)) {
+            f.id = format!("{}-{}", run.family.key(), f.id);
+            f.title = format!("{}: {}", run.family.label(), f.title);
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// The path table(s): one per address family in a run over both, each from its family's data.
+pub fn paths(report: &Report) -> Vec<(Option<AddressFamily>, path::PathInfo)> {
+    if !report.both_families() {
+        return vec![(None, path::PathInfo::from_report(report))];
+    }
+    report
+        .families
+        .iter()
+        .map(|run| {
+            let mut info = path::PathInfo::from_report(&report.for_family(run.family));
+            if let Some(a) = &run.address {
+                info.server = a.clone();
+            }
+            (Some(run.family), info)
+        })
+        .collect()
+}
+
 /// The whole HTML document for `report`, with these plots. The binary's check registry draws
-/// them: each check's function in [`figures`], in its page order.
+/// them: each check's function in [`figures`], in its page order, through [`per_family`] so a
+/// run over both address families gets each family's plots.
 pub fn render(report: &Report, figures: &[Figure]) -> String {
-    page::page(report, figures, &path::PathInfo::from_report(report))
+    page::page(report, figures, &paths(report))
 }
 
 /// The JSON report embedded in a page written by [`render`], if `html` is one.

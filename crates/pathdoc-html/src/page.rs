@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use pathdoc_core::{Command, Finding, Report, Status};
+use pathdoc_core::{AddressFamily, Command, Finding, Report, Status};
 
 use crate::path::PathInfo;
 use crate::plot::{hex, Body, Figure, Mark, Series};
@@ -29,7 +29,12 @@ pub fn esc(text: &str) -> String {
 }
 
 /// The whole page.
-pub fn page(report: &Report, figures: &[Figure], path: &PathInfo) -> String {
+/// `paths`: one per address family in a run over both (each with its family), else one.
+pub fn page(
+    report: &Report,
+    figures: &[Figure],
+    paths: &[(Option<AddressFamily>, PathInfo)],
+) -> String {
     let mut s = String::with_capacity(64 * 1024);
     let _ = write!(
         s,
@@ -45,7 +50,9 @@ pub fn page(report: &Report, figures: &[Figure], path: &PathInfo) -> String {
     // Overview first (verdicts, path, pictures), then each finding's evidence and fixes.
     header(&mut s, report);
     verdicts(&mut s, report);
-    path_section(&mut s, path);
+    for (family, path) in paths {
+        path_section(&mut s, *family, path);
+    }
     plots(&mut s, report, figures);
     details(&mut s, report);
     footer(&mut s, report);
@@ -160,14 +167,22 @@ fn verdicts(s: &mut String, report: &Report) {
         s.push_str("<p>No findings: no check produced a verdict.</p>\n</section>\n");
         return;
     }
-    s.push_str(
-        "<table class=\"summary\">\n<thead><tr><th>status</th><th>check</th><th>finding</th>\
+    // A run over both families: which one each verdict is about.
+    let both = report.both_families();
+    s.push_str(&format!(
+        "<table class=\"summary\">\n<thead><tr><th>status</th>{}<th>check</th><th>finding</th>\
          <th>direction</th><th>hop</th></tr></thead>\n<tbody>\n",
-    );
+        if both { "<th>family</th>" } else { "" }
+    ));
     for (i, f) in report.findings.iter().enumerate() {
+        let family = match f.family {
+            Some(x) if both => format!("<td class=\"family\">{}</td>", x.label()),
+            _ if both => "<td class=\"family\">—</td>".to_string(),
+            _ => String::new(),
+        };
         let _ = writeln!(
             s,
-            "<tr><td>{}</td><td>{}</td><td><a href=\"#finding-{i}\">{}</a></td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td>{family}<td>{}</td><td><a href=\"#finding-{i}\">{}</a></td><td>{}</td><td>{}</td></tr>",
             badge(f.status),
             esc(&f.check),
             esc(&f.title),
@@ -192,14 +207,18 @@ fn details(s: &mut String, report: &Report) {
 fn finding(s: &mut String, i: usize, f: &Finding) {
     let _ = write!(
         s,
-        "<article class=\"finding {}\" id=\"finding-{i}\" data-check=\"{}\" data-id=\"{}\" data-status=\"{}\">\n\
-         <h3>{} <span class=\"check\">{}:</span> <span class=\"title\">{}</span></h3>\n",
+        "<article class=\"finding {}\" id=\"finding-{i}\" data-check=\"{}\" data-id=\"{}\" data-status=\"{}\"{}>\n\
+         <h3>{} <span class=\"check\">{}{}:</span> <span class=\"title\">{}</span></h3>\n",
         status_class(f.status),
         esc(&f.check),
         esc(&f.id),
         status_class(f.status),
+        f.family
+            .map(|x| format!(" data-family=\"{}\"", x.key()))
+            .unwrap_or_default(),
         badge(f.status),
         esc(&f.check),
+        f.family.map(|x| format!(" ({})", x.label())).unwrap_or_default(),
         esc(&f.title)
     );
     if !f.summary.is_empty() {
@@ -313,8 +332,18 @@ fn server_address_cell(path: &PathInfo) -> String {
     }
 }
 
-fn path_section(s: &mut String, path: &PathInfo) {
-    s.push_str("<section id=\"path\">\n<h2>The path</h2>\n");
+fn path_section(s: &mut String, family: Option<AddressFamily>, path: &PathInfo) {
+    match family {
+        Some(f) => {
+            let _ = writeln!(
+                s,
+                "<section id=\"path-{}\" class=\"path-family\">\n<h2>The path over {}</h2>",
+                f.key(),
+                f.label()
+            );
+        }
+        None => s.push_str("<section id=\"path\">\n<h2>The path</h2>\n"),
+    }
     s.push_str(
         "<table class=\"path\">\n<thead><tr><th>hop</th><th>address</th><th>what it looks like</th>\
          <th>what the checks saw there</th></tr></thead>\n<tbody>\n",
@@ -493,7 +522,7 @@ mod tests {
     fn path_table_labels_aliases_capture_files_and_nat_addresses() {
         let table = |r: &Report| {
             let mut s = String::new();
-            path_section(&mut s, &PathInfo::from_report(r));
+            path_section(&mut s, None, &PathInfo::from_report(r));
             s
         };
         let s = table(&Report::new(pathdoc_core::Command::Analyze, "x.pcap"));

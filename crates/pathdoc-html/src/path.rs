@@ -239,7 +239,7 @@ mod tests {
             p.server_nic.as_deref(),
             Some("ens3: driver 8139cp, MTU 1500 B, TSO on, GSO on, GRO off; KVM/QEMU guest")
         );
-        let page = crate::page::page(&r, &[], &p);
+        let page = crate::page::page(&r, &[], &[(None, p)]);
         assert!(
             page.contains("network interface ens3: driver 8139cp, MTU 1500 B, TSO on"),
             "server row"

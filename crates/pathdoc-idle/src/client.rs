@@ -293,6 +293,11 @@ impl ControlLink {
             notes: Vec::new(),
             suspended: false,
             public_addr: pathdoc_core::addr::unmapped(welcome.observed),
+            v6_no_nat: welcome.observed.is_ipv6()
+                && conn
+                    .stream()
+                    .local_addr()
+                    .is_ok_and(|l| l.ip() == welcome.observed.ip()),
             lost_at: None,
             session_ended: None,
         }));

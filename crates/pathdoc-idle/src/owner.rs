@@ -137,8 +137,13 @@ impl Owner {
 /// The timeout that is too short, for the remedies' wording.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Fault {
-    /// Established TCP connections forgotten after `timeout` (RFC 5382 REQ-5: ≥ 2 h 4 min).
-    TcpEstablished { timeout: Duration, pm: Duration },
+    /// Established TCP connections forgotten after `timeout` (RFC 5382 REQ-5: ≥ 2 h 4 min; for
+    /// an IPv6 firewall without NAT, `v6_firewall`, RFC 6092 REC-35 with the same floor).
+    TcpEstablished {
+        timeout: Duration,
+        pm: Duration,
+        v6_firewall: bool,
+    },
     /// UDP bindings of one class forgotten after `timeout` (RFC 4787 REQ-5: ≥ 2 min).
     Udp {
         stream: bool,
@@ -150,10 +155,26 @@ pub enum Fault {
 impl Fault {
     fn complaint(&self) -> String {
         match *self {
-            Fault::TcpEstablished { timeout, pm } => format!(
+            Fault::TcpEstablished {
+                timeout,
+                pm,
+                v6_firewall: false,
+            } => format!(
                 "\"Idle TCP connections through your network are dropped after about {} (measured with server-initiated \
                  probes, ±{}); RFC 5382 REQ-5 requires at least 2 hours 4 minutes. Please raise the established-connection \
                  timeout of your NAT/CGN or give me a public address.\"",
+                format_duration(timeout),
+                format_duration(pm)
+            ),
+            Fault::TcpEstablished {
+                timeout,
+                pm,
+                v6_firewall: true,
+            } => format!(
+                "\"Idle IPv6 TCP connections through your network are dropped after about {} (measured with \
+                 server-initiated probes, ±{}); there is no NAT on the IPv6 path, so it is a stateful IPv6 firewall, and \
+                 RFC 6092 REC-35 requires it to keep established connections at least 2 hours 4 minutes. Please raise \
+                 its established-connection timeout.\"",
                 format_duration(timeout),
                 format_duration(pm)
             ),
@@ -184,8 +205,14 @@ impl Fault {
 
     fn what(&self) -> &'static str {
         match self {
-            Fault::TcpEstablished { .. } => {
-                "TCP established-connection timeout to at least 2 h 4 min (RFC 5382 REQ-5)"
+            Fault::TcpEstablished {
+                v6_firewall: false,
+                ..
+            } => "TCP established-connection timeout to at least 2 h 4 min (RFC 5382 REQ-5)",
+            Fault::TcpEstablished {
+                v6_firewall: true, ..
+            } => {
+                "IPv6 firewall's TCP established-connection timeout to at least 2 h 4 min (RFC 6092 REC-35)"
             }
             Fault::Udp { stream: true, .. } => {
                 "UDP stream timeout to at least 2 min, 5 min recommended (RFC 4787 REQ-5)"
@@ -292,6 +319,7 @@ mod tests {
         let fault = Fault::TcpEstablished {
             timeout: Duration::from_secs(3600),
             pm: Duration::from_secs(5),
+            v6_firewall: false,
         };
         let p = path(&[Some("192.168.1.1"), Some("100.64.1.1")]);
         let cgn = box_remedies(&Owner::of(&p, 2), fault);
@@ -310,5 +338,19 @@ mod tests {
         for owner in [Owner::Unknown, Owner::Silent { hop: 3 }] {
             assert!(box_remedies(&owner, fault).iter().all(|r| r.host.is_some()));
         }
+    }
+
+    #[test]
+    fn an_ipv6_firewall_without_nat_is_held_to_rfc_6092_not_the_nat_rfc() {
+        let fault = |v6_firewall| Fault::TcpEstablished {
+            timeout: Duration::from_secs(3600),
+            pm: Duration::from_secs(5),
+            v6_firewall,
+        };
+        assert!(fault(true).what().contains("RFC 6092 REC-35"));
+        assert!(fault(true).complaint().contains("no NAT on the IPv6 path"));
+        assert!(!fault(true).complaint().contains("5382"));
+        assert!(fault(false).what().contains("RFC 5382 REQ-5"));
+        assert!(crate::verdict::tcp_requirement(true).starts_with("RFC 6092 REC-35"));
     }
 }

@@ -183,6 +183,9 @@ pub struct RunSummary {
     pub outages: u32,
     pub outage_time: Duration,
     pub public_addr: String,
+    /// IPv6 with no address translation (the server saw the client's own address): the box that
+    /// forgets is a stateful firewall, judged by RFC 6092 REC-35 rather than RFC 5382 (NAT).
+    pub v6_firewall: bool,
     /// The server ended the session.
     pub session_end: Option<SessionEnd>,
     /// The user interrupted the run at this time.
@@ -283,6 +286,16 @@ fn keepalive_remedies(interval: u64) -> Vec<Remedy> {
     ]
 }
 
+/// The rule an established TCP connection's idle timeout is judged by: RFC 5382 REQ-5 for a NAT,
+/// and for an IPv6 stateful firewall that translates nothing RFC 6092 REC-35 (the same floor).
+pub fn tcp_requirement(v6_firewall: bool) -> &'static str {
+    if v6_firewall {
+        "RFC 6092 REC-35 (IPv6 stateful firewalls, no NAT here): an established TCP connection's idle timeout MUST NOT be less than 2 h 4 min"
+    } else {
+        "RFC 5382 REQ-5: an established TCP connection's idle timeout MUST NOT be less than 2 h 4 min"
+    }
+}
+
 /// Findings for TCP: the RFC 5382 REQ-5 verdict from server-initiated probes, what
 /// client-initiated probes add (state rebuilt by outbound traffic?) and whether TCP keepalives
 /// keep the state. `owner` is the box that forgets, as far as the culprit search located it.
@@ -340,7 +353,7 @@ impl<'a> TimeoutVerdict<'a> {
     }
 
     fn base(&self, status: Status, title: String) -> Finding {
-        let req = "RFC 5382 REQ-5: an established TCP connection's idle timeout MUST NOT be less than 2 h 4 min";
+        let req = tcp_requirement(self.run.v6_firewall);
         let f = Finding::new(CHECK, "tcp-idle-timeout", status, title).requirement(req);
         match self.owner.hop() {
             Some(h) if self.server.upper.is_some() => f.hop(h as u32),
@@ -422,7 +435,11 @@ impl<'a> TimeoutVerdict<'a> {
         if status == Status::Fail {
             f = f.remedies(box_remedies(
                 self.owner,
-                Fault::TcpEstablished { timeout: est, pm },
+                Fault::TcpEstablished {
+                    timeout: est,
+                    pm,
+                    v6_firewall: self.run.v6_firewall,
+                },
             ));
         }
         f
@@ -642,6 +659,7 @@ pub fn culprit_finding(
     path: Option<&PathHops>,
     why_not: Option<&str>,
     owner: &Owner,
+    v6_firewall: bool,
 ) -> Finding {
     let id = "tcp-idle-culprit-hop";
     let (est, pm) = t0.estimate().unwrap_or_default();
@@ -710,7 +728,14 @@ pub fn culprit_finding(
                     .with_detail(format!("± {}", format_duration(pm))),
             )
             .remedies(if status == Status::Fail {
-                box_remedies(owner, Fault::TcpEstablished { timeout: est, pm })
+                box_remedies(
+                    owner,
+                    Fault::TcpEstablished {
+                        timeout: est,
+                        pm,
+                        v6_firewall,
+                    },
+                )
             } else {
                 Vec::new()
             })
@@ -994,6 +1019,7 @@ mod tests {
             outages: 0,
             outage_time: s(0),
             public_addr: "203.0.113.1:4000".into(),
+            v6_firewall: false,
             session_end: None,
             interrupted: None,
         }
@@ -1190,7 +1216,7 @@ mod tests {
             after: None,
         };
         let owner = culprit_owner(Some(&a), Some(&path()));
-        let c = culprit_finding(&t0, Some(&a), Some(&path()), None, &owner);
+        let c = culprit_finding(&t0, Some(&a), Some(&path()), None, &owner, false);
         assert_eq!(c.id, "tcp-idle-culprit-hop");
         assert_eq!(c.status, Status::Fail);
         assert_eq!(c.hop, Some(2));
@@ -1227,7 +1253,7 @@ mod tests {
             ..a
         };
         let owner = culprit_owner(Some(&a), Some(&path()));
-        let c = culprit_finding(&t0, Some(&a), Some(&path()), None, &owner);
+        let c = culprit_finding(&t0, Some(&a), Some(&path()), None, &owner, false);
         assert!(c.title.contains("(hop 1, 192.168.1.1)"), "{}", c.title);
         let sysctl = c
             .remedies
@@ -1248,7 +1274,7 @@ mod tests {
         );
         assert!(sysctl.description.starts_with("If you administer"));
         assert!(c.remedies.iter().any(|r| r.host == Some(Host::Isp)));
-        let f = culprit_finding(&t0, None, None, Some("UDP blocked"), &Owner::Unknown);
+        let f = culprit_finding(&t0, None, None, Some("UDP blocked"), &Owner::Unknown, false);
         assert_eq!(f.status, Status::Inconclusive);
         assert!(f.summary.contains("UDP blocked"));
     }

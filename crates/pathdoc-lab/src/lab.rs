@@ -319,6 +319,27 @@ impl Lab {
         Ok(())
     }
 
+    /// Every host namespace resolves the lab's host names (`server`, …) to their addresses in
+    /// each family the lab carries (`hosts`).
+    fn write_hosts_files(&self) -> Result<(), LabError> {
+        let family = self.plan.family;
+        let mut entries = Vec::new();
+        for h in &self.plan.hosts {
+            if family.has_v4() {
+                entries.push((h.name.clone(), IpAddr::V4(h.primary_addr())));
+            }
+            if let Some(a6) = h.primary_addr6().filter(|_| family.has_v6()) {
+                entries.push((h.name.clone(), IpAddr::V6(a6)));
+            }
+        }
+        let system = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+        let text = crate::hosts::hosts_file(&system, &self.id(), &entries);
+        for h in &self.plan.hosts {
+            crate::hosts::write(&h.netns, &text)?;
+        }
+        Ok(())
+    }
+
     /// `ip -batch` lines giving a host's interfaces their MTU and addresses, and bringing them up.
     fn address_batch(&self, h: &HostPlan) -> String {
         let family = self.plan.family;
@@ -350,6 +371,8 @@ impl Lab {
         let t0 = Instant::now();
         self.create_namespaces()?;
         self.enable_forwarding()?;
+        // Host names for `ip netns exec` (/etc/netns/<ns>/hosts), so `check server` resolves.
+        self.write_hosts_files()?;
         self.create_links()?;
         self.configure_interfaces()?;
         self.add_routes()?;

@@ -23,6 +23,7 @@ pub mod delay_line;
 pub mod demo;
 pub mod error;
 pub mod exec;
+pub mod hosts;
 pub mod icmp_count;
 pub mod lab;
 pub mod nft;

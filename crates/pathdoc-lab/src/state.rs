@@ -230,6 +230,9 @@ pub fn destroy_namespaces(namespaces: &[String]) -> Result<Teardown, LabError> {
     pids.sort_unstable();
     pids.dedup();
     td.killed_pids = kill_all(&pids);
+    for ns in namespaces {
+        crate::hosts::remove(ns);
+    }
     let mut first_err = None;
     for ns in present {
         match exec::ip(None, &["netns", "del", ns]) {

@@ -17,8 +17,12 @@ pub use super::client::ServerTarget;
 use super::client::{self, TargetPlan};
 use crate::checks::{Check, ClientCheck, ClientSide, CHECKS};
 use crate::error::CliError;
+use crate::families;
 use crate::progress::TerminalProgress;
 use crate::{interrupt, output, Global};
+use pathdoc_core::{AddressFamily, FamilyRun, Progress};
+use pathdoc_proto::preflight::{self, AttemptError, PreflightError, PreflightOptions, Reached};
+use std::time::Duration;
 
 pub const EXAMPLES: &str = "Examples:
   pathdoc check server.example.net           # all checks; the idle check takes up to 2 h 10 min
@@ -203,24 +207,182 @@ async fn run_plan(
     global: Global,
 ) -> anyhow::Result<Report> {
     let cancel = interrupt::install(global.quiet).context("installing the Ctrl-C handler")?;
-    let reached = client::reach(&args.target, &plan.target, progress, &cancel).await?;
+    let target = &plan.target;
+    let Some(addrs) = client::resolve(&args.target, target, progress, &cancel).await? else {
+        return Ok(interrupted_before_start(plan, None));
+    };
+    let groups = client::family_groups(target, &addrs);
+    let both = groups.len() > 1;
+    let Some(reached) = reach_families(args, plan, &groups, progress, &cancel).await? else {
+        return Ok(interrupted_before_start(plan, None));
+    };
     let mut report = Report::new(
         pathdoc_core::Command::Check,
-        client::target_label(&plan.target, reached.as_ref()),
+        families::target_label(target, &reached),
     );
-    let Some(reached) = reached else {
-        report.interrupted = true;
-        for step in &plan.steps {
-            client::not_run(
-                &mut report,
-                step.name(),
-                &format!("the {} check", step.name()),
-            );
+    report.families = reached
+        .iter()
+        .map(|(family, r)| FamilyRun {
+            family: *family,
+            address: r.as_ref().ok().map(|r| r.addr.to_string()),
+        })
+        .collect();
+    for (family, result) in &reached {
+        let family = *family;
+        let Ok(r) = result else {
+            // Only in a run over both families: the other one answered (else an error above).
+            let check = plan.steps.first().map_or(CheckName::Mtu, Step::name);
+            report.findings.push(families::unreachable(
+                family,
+                target,
+                result.as_ref().err(),
+                check,
+            ));
+            continue;
+        };
+        progress.set_label(both.then_some(family.label()));
+        client::connected_note(target, r, progress);
+        let mut one = Report::new(pathdoc_core::Command::Check, String::new());
+        if cancel.is_cancelled() {
+            one.interrupted = true;
+            not_run_all(&mut one, &plan.steps);
+        } else {
+            run_family(args, plan, r.addr, progress, &cancel, &mut one).await;
         }
-        return Ok(report);
+        families::merge(&mut report, one, family, both);
+    }
+    progress.set_label(None);
+    if both {
+        families::compare(&mut report);
+    }
+    Ok(report)
+}
+
+/// Preflight each family's addresses (both at once: a family whose packets vanish must not
+/// delay the other). `Ok(None)`: interrupted. An error when no family answered.
+async fn reach_families(
+    args: &CheckArgs,
+    plan: &Plan,
+    groups: &[(AddressFamily, Vec<SocketAddr>)],
+    progress: &TerminalProgress,
+    cancel: &CancellationToken,
+) -> Result<Option<Vec<(AddressFamily, Result<Reached, PreflightError>)>>, CliError> {
+    if groups.len() > 1 {
+        let names: Vec<&str> = groups.iter().map(|(f, _)| f.label()).collect();
+        progress.status(&format!(
+            "connecting to {} over {}",
+            plan.target.shown(),
+            names.join(" and ")
+        ));
+    }
+    let reached = match preflight_all(groups, &args.target.auth_token, cancel).await {
+        Some(r) => r,
+        None => return Ok(None),
     };
+    if reached.iter().all(|(_, r)| r.is_err()) {
+        let attempts = reached
+            .into_iter()
+            .filter_map(|(_, r)| r.err())
+            .flat_map(|e| e.attempts)
+            .collect();
+        return Err(client::preflight_error(
+            &plan.target,
+            &PreflightError { attempts },
+        ));
+    }
+    Ok(Some(reached))
+}
+
+/// How long the other family may still take once one family answered: three SYNs (at 0, 1 and
+/// 3 s) and a moment for the reply. Applications with Happy Eyeballs fall back after 250 ms;
+/// a family silent for this long is one that every other application waits on.
+const OTHER_FAMILY_GRACE: Duration = Duration::from_secs(4);
+
+/// Each group's preflight, all at once; once one answered, the others get
+/// [`OTHER_FAMILY_GRACE`] more (the ones still pending then count as connect timeouts). In
+/// `groups` order; `None` when interrupted.
+async fn preflight_all(
+    groups: &[(AddressFamily, Vec<SocketAddr>)],
+    token: &Option<String>,
+    cancel: &CancellationToken,
+) -> Option<Vec<(AddressFamily, Result<Reached, PreflightError>)>> {
+    let mut pending = tokio::task::JoinSet::new();
+    for (i, (_, addrs)) in groups.iter().enumerate() {
+        let (addrs, token) = (addrs.clone(), token.clone());
+        pending.spawn(async move {
+            let r = preflight::reach(&addrs, token, PreflightOptions::default()).await;
+            (i, r)
+        });
+    }
+    let mut results: Vec<Option<Result<Reached, PreflightError>>> =
+        groups.iter().map(|_| None).collect();
+    let mut grace: Option<tokio::time::Instant> = None;
+    loop {
+        let until = grace.unwrap_or_else(tokio::time::Instant::now);
+        tokio::select! {
+            _ = cancel.cancelled() => return None,
+            joined = pending.join_next() => match joined {
+                None => break,
+                Some(Ok((i, r))) => {
+                    if r.is_ok() && grace.is_none() {
+                        grace = Some(tokio::time::Instant::now() + OTHER_FAMILY_GRACE);
+                    }
+                    results[i] = Some(r);
+                }
+                Some(Err(_)) => {}
+            },
+            _ = tokio::time::sleep_until(until), if grace.is_some() => {
+                pending.abort_all();
+                break;
+            }
+        }
+    }
+    let out = groups
+        .iter()
+        .zip(results)
+        .map(|((family, addrs), r)| {
+            let r = r.unwrap_or_else(|| {
+                Err(PreflightError {
+                    attempts: addrs
+                        .iter()
+                        .map(|a| (*a, AttemptError::ConnectTimeout(OTHER_FAMILY_GRACE)))
+                        .collect(),
+                })
+            });
+            (*family, r)
+        })
+        .collect();
+    Some(out)
+}
+
+/// The report of a run interrupted before any check started.
+fn interrupted_before_start(plan: &Plan, reached: Option<&Reached>) -> Report {
+    let mut report = Report::new(
+        pathdoc_core::Command::Check,
+        client::target_label(&plan.target, reached),
+    );
+    report.interrupted = true;
+    not_run_all(&mut report, &plan.steps);
+    report
+}
+
+fn not_run_all(report: &mut Report, steps: &[Step]) {
+    for step in steps {
+        client::not_run(report, step.name(), &format!("the {} check", step.name()));
+    }
+}
+
+/// Run every step against one server address, into `report`.
+async fn run_family(
+    args: &CheckArgs,
+    plan: &Plan,
+    server: SocketAddr,
+    progress: &TerminalProgress,
+    cancel: &CancellationToken,
+    report: &mut Report,
+) {
     let ctx = CheckContext {
-        server: reached.addr,
+        server,
         auth_token: args.target.auth_token.clone(),
         progress,
         cancel: cancel.clone(),
@@ -229,24 +391,17 @@ async fn run_plan(
     let started = Cell::new(0usize);
     let finished = Cell::new(0usize);
     let done = client::until_stopped(
-        run_steps(&ctx, &plan.steps, &mut report, &started, &finished),
-        &cancel,
+        run_steps(&ctx, &plan.steps, report, &started, &finished),
+        cancel,
     )
     .await;
     if cancel.is_cancelled() {
         report.interrupted = true;
         if done.is_none() && finished.get() < started.get() {
-            client::abandoned(&mut report, plan.steps[started.get() - 1].name());
+            client::abandoned(report, plan.steps[started.get() - 1].name());
         }
-        for step in &plan.steps[started.get()..] {
-            client::not_run(
-                &mut report,
-                step.name(),
-                &format!("the {} check", step.name()),
-            );
-        }
+        not_run_all(report, &plan.steps[started.get()..]);
     }
-    Ok(report)
 }
 
 /// [`run_steps`] without the progress counters, for the registry's toy check.

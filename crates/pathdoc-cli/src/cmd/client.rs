@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use clap::Args;
 use pathdoc_core::report::{CHECK_FAILED, CHECK_INTERRUPTED, CHECK_NOT_RUN};
-use pathdoc_core::{CheckName, CheckOutcome, Finding, Progress, Report, Status};
+use pathdoc_core::{AddressFamily, CheckName, CheckOutcome, Finding, Progress, Report, Status};
 use pathdoc_proto::preflight::{self, PreflightOptions, Reached};
 use pathdoc_proto::target::{Family, Target};
 use tokio_util::sync::CancellationToken;
@@ -116,6 +116,30 @@ pub async fn reach(
     progress: &dyn Progress,
     cancel: &CancellationToken,
 ) -> Result<Option<Reached>, CliError> {
+    let Some(addrs) = resolve(args, plan, progress, cancel).await? else {
+        return Ok(None);
+    };
+    let reached = tokio::select! {
+        _ = cancel.cancelled() => return Ok(None),
+        r = preflight::reach(&addrs, args.auth_token.clone(), PreflightOptions::default()) => r,
+    };
+    match reached {
+        Ok(r) => {
+            connected_note(plan, &r, progress);
+            Ok(Some(r))
+        }
+        Err(e) => Err(preflight_error(plan, &e)),
+    }
+}
+
+/// Apply `--bind` and resolve the target to every address of the family asked for, in the
+/// order to try them (RFC 8305). `Ok(None)` when the user interrupted it.
+pub async fn resolve(
+    args: &ServerTarget,
+    plan: &TargetPlan,
+    progress: &dyn Progress,
+    cancel: &CancellationToken,
+) -> Result<Option<Vec<SocketAddr>>, CliError> {
     if let Some(bind) = args.bind {
         pathdoc_sys::source::set_source(bind).map_err(|other| {
             CliError::new(
@@ -129,41 +153,56 @@ pub async fn reach(
     let (port, family) = (plan.port, plan.family);
     // getaddrinfo blocks: off the runtime's threads, and interruptible.
     let resolving = tokio::task::spawn_blocking(move || target.resolve(port, family));
-    let addrs = tokio::select! {
-        _ = cancel.cancelled() => return Ok(None),
+    tokio::select! {
+        _ = cancel.cancelled() => Ok(None),
         r = resolving => r
             .map_err(|e| CliError::new(ErrorKind::Other, format!("resolver task failed: {e}")))?
+            .map(Some)
             .map_err(|e| {
                 CliError::new(ErrorKind::Resolve, e.to_string())
                     .hint("check the host name (and -4/-6, --bind), or give an IP address")
-            })?,
-    };
-    let reached = tokio::select! {
-        _ = cancel.cancelled() => return Ok(None),
-        r = preflight::reach(&addrs, args.auth_token.clone(), PreflightOptions::default()) => r,
-    };
-    match reached {
-        Ok(r) => {
-            let version = r
-                .welcome
-                .as_ref()
-                .map(|w| format!(" ({})", w.server_version))
-                .unwrap_or_default();
-            let at = if r.addr.to_string() == plan.shown() {
-                String::new()
-            } else {
-                format!(" at {}", r.addr)
-            };
-            progress.note(&format!("connected to {}{at}{version}", plan.shown()));
-            Ok(Some(r))
-        }
-        Err(e) => Err(crate::error::from_preflight(
-            &plan.shown(),
-            &plan.target.host,
-            plan.port,
-            &e,
-        )),
+            }),
     }
+}
+
+/// The addresses split by family, this host's preferred family (the resolver's first address,
+/// RFC 6724) first. One group unless a name resolved to both families with neither `-4` nor
+/// `-6` (nor `--bind`) asked for: then `pathdoc check` runs over both.
+pub fn family_groups(
+    plan: &TargetPlan,
+    addrs: &[SocketAddr],
+) -> Vec<(AddressFamily, Vec<SocketAddr>)> {
+    let Some(first) = addrs.first() else {
+        return Vec::new();
+    };
+    let preferred = AddressFamily::of(&first.ip());
+    let (mine, other): (Vec<SocketAddr>, Vec<SocketAddr>) = addrs
+        .iter()
+        .partition(|a| AddressFamily::of(&a.ip()) == preferred);
+    if plan.family != Family::Any || other.is_empty() {
+        return vec![(preferred, addrs.to_vec())];
+    }
+    vec![(preferred, mine), (preferred.other(), other)]
+}
+
+/// "connected to …" once the preflight reached the server.
+pub fn connected_note(plan: &TargetPlan, r: &Reached, progress: &dyn Progress) {
+    let version = r
+        .welcome
+        .as_ref()
+        .map(|w| format!(" ({})", w.server_version))
+        .unwrap_or_default();
+    let at = if r.addr.to_string() == plan.shown() {
+        String::new()
+    } else {
+        format!(" at {}", r.addr)
+    };
+    progress.note(&format!("connected to {}{at}{version}", plan.shown()));
+}
+
+/// The error of a preflight that reached no address.
+pub fn preflight_error(plan: &TargetPlan, e: &preflight::PreflightError) -> CliError {
+    crate::error::from_preflight(&plan.shown(), &plan.target.host, plan.port, e)
 }
 
 /// `--bind ADDR` must be one of this host's addresses (binding a local socket proves it).
@@ -263,4 +302,37 @@ pub fn abandoned(report: &mut Report, check: CheckName) {
             crate::interrupt::STOP_GRACE.as_secs()
         )),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_with_both_families_is_two_groups_unless_one_family_was_asked_for() {
+        let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let addrs = [
+            a("[2001:db8::1]:7224"),
+            a("192.0.2.1:7224"),
+            a("[2001:db8::2]:7224"),
+        ];
+        let plan = |family| TargetPlan {
+            target: Target::parse("server").unwrap(),
+            port: 7224,
+            family,
+        };
+        let groups = family_groups(&plan(Family::Any), &addrs);
+        assert_eq!(groups.len(), 2);
+        assert_eq!(
+            groups[0].0,
+            AddressFamily::Ipv6,
+            "the resolver's first family first"
+        );
+        assert_eq!(groups[0].1, [addrs[0], addrs[2]]);
+        assert_eq!(groups[1], (AddressFamily::Ipv4, vec![addrs[1]]));
+        // -4/-6 (or --bind) already filtered the addresses to one family: one group.
+        assert_eq!(family_groups(&plan(Family::V6), &addrs[..1]).len(), 1);
+        assert_eq!(family_groups(&plan(Family::Any), &addrs[1..2]).len(), 1);
+        assert!(family_groups(&plan(Family::Any), &[]).is_empty());
+    }
 }

@@ -208,6 +208,28 @@ fn up(a: UpArgs, prefix: &str, global: Global) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// The "use it" lines of a dual-stack lab: IPv6 too, and `pathdoc check server` by name (the
+/// lab's hosts file gives `server` both addresses), which checks both families side by side.
+fn usage_dual(s: &mut String, st: &LabState, flag: &str) {
+    let name = &st.name;
+    if let Some(a6) = st
+        .hosts
+        .iter()
+        .find(|h| h.name == "server")
+        .and_then(|h| h.addr6)
+    {
+        s.push_str(&format!(
+            "  pathdoc lab exec {name}{flag} client -- ping -6 -c 3 {a6}\n"
+        ));
+    }
+    s.push_str(&format!(
+        "  pathdoc lab exec {name}{flag} server -- pathdoc server --listen [::]:7224   # IPv4 and IPv6; in a second terminal\n"
+    ));
+    s.push_str(&format!(
+        "  pathdoc lab exec {name}{flag} client -- pathdoc check server   # by name: both families side by side (-4/-6: one)\n"
+    ));
+}
+
 fn render_lab(st: &LabState, usage: bool) -> String {
     let mut s = String::new();
     let what = st
@@ -222,8 +244,10 @@ fn render_lab(st: &LabState, usage: bool) -> String {
     ));
     s.push_str("hosts:\n");
     for h in &st.hosts {
+        // A dual-stack lab's hosts have an IPv6 address beside the IPv4 one.
+        let addr6 = h.addr6.map(|a| format!(" {a}")).unwrap_or_default();
         s.push_str(&format!(
-            "  {:<7} {:<15} netns {}\n",
+            "  {:<7} {:<15}{addr6} netns {}\n",
             h.name, h.addr, h.netns
         ));
         for i in &h.ifaces {
@@ -266,14 +290,19 @@ fn render_lab(st: &LabState, usage: bool) -> String {
             "  pathdoc lab exec {}{flag} client -- ping -c 3 {server}\n",
             st.name
         ));
-        s.push_str(&format!(
-            "  pathdoc lab exec {}{flag} server -- pathdoc server      # in a second terminal\n",
-            st.name
-        ));
-        s.push_str(&format!(
-            "  pathdoc lab exec {}{flag} client -- pathdoc check {server}\n",
-            st.name
-        ));
+        let dual = st.topology.family.has_v4() && st.topology.family.has_v6();
+        if dual {
+            usage_dual(&mut s, st, &flag);
+        } else {
+            s.push_str(&format!(
+                "  pathdoc lab exec {}{flag} server -- pathdoc server      # in a second terminal\n",
+                st.name
+            ));
+            s.push_str(&format!(
+                "  pathdoc lab exec {}{flag} client -- pathdoc check {server}\n",
+                st.name
+            ));
+        }
         if let Some(c) = st.hosts.first() {
             s.push_str(&format!("  ip netns exec {} bash\n", c.netns));
         }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use pathdoc_core::report::SCHEMA_VERSION;
+use pathdoc_core::report::{SCHEMA_VERSION, SCHEMA_VERSIONS_READ};
 use pathdoc_core::Report;
 
 use super::report_html::HtmlReportArgs;
@@ -78,10 +78,11 @@ pub fn parse(name: &str, text: &str) -> anyhow::Result<Report> {
             .unwrap_or_else(|| err.to_string());
         bail!("{name}: this is the error document of a run that could not run: {msg}");
     }
-    if schema != SCHEMA_VERSION {
+    if !SCHEMA_VERSIONS_READ.contains(&schema) {
         bail!(
-            "{name}: schema {schema:?} is not one this pathdoc {} reads (it reads {SCHEMA_VERSION:?}){}",
+            "{name}: schema {schema:?} is not one this pathdoc {} reads (it reads {}){}",
             env!("CARGO_PKG_VERSION"),
+            SCHEMA_VERSIONS_READ.join(", "),
             if schema.starts_with("pathdoc.report/") {
                 "; use the pathdoc version that wrote it"
             } else {
@@ -102,11 +103,11 @@ mod tests {
     fn refuses_unknown_schemas_and_error_documents_by_name() {
         let e = parse(
             "r.json",
-            r#"{"schema": "pathdoc.report/2", "findings": []}"#,
+            r#"{"schema": "pathdoc.report/3", "findings": []}"#,
         )
         .unwrap_err();
         assert!(
-            format!("{e:#}").contains("\"pathdoc.report/2\" is not one"),
+            format!("{e:#}").contains("\"pathdoc.report/3\" is not one"),
             "{e:#}"
         );
         let e = parse("r.json", r#"{"schema": "pathdoc.lab/1"}"#).unwrap_err();

@@ -200,8 +200,17 @@ fn a_dead_first_address_costs_a_stagger_not_a_timeout() {
 
     let (r, secs) = ns.report(&[&["check", &format!("multi:{p}")], QUICK_MTU].concat());
     assert_eq!(r["target"], format!("multi:{p} (127.0.0.1:{p})"));
-    // Sequential attempts would spend the 10-s connect timeout on ::1 first.
+    // Sequential attempts would spend the 10-s connect timeout on ::1 first; both families are
+    // reached at once, and the silent one gets 4 s more once the other answered.
     assert!(secs < 8.0, "took {secs:.1} s");
+    // The name has both families, so the silent one is a finding of its own.
+    let lost = crate::support::finding(&r, "family-unreachable");
+    assert_eq!(lost["status"], "warn", "{lost:#}");
+    assert_eq!(lost["family"], "ipv6", "{lost:#}");
+    assert!(
+        lost["title"].as_str().unwrap().starts_with("IPv6 only: "),
+        "{lost:#}"
+    );
 
     // Only the dead family: unreachable, found once, with the firewall hint.
     let (code, out, err, secs) =

@@ -25,28 +25,68 @@ fn check_over(lab: &Lab, ip: Ip, args: &[&str]) -> (i32, Value) {
     (code, report)
 }
 
+/// `pathdoc check server --mtu` by name: the lab's hosts file gives `server` an IPv4 and an IPv6
+/// address, so one run checks both families and one report holds the IPv6 black hole (headed
+/// "IPv6 only") beside IPv4's PASS; `-4` keeps IPv4 alone.
 #[test]
 fn v6_ptb_blackhole_is_named_with_size_and_hop_while_ipv4_passes() {
     let _serial = support::serial();
     let _c = Cleanup::new(STEM, "ptb");
     let topo = Topology::scenario("v6-ptb-blackhole").unwrap();
     let lab = Lab::up(&topo, &opts(STEM, "ptb")).expect("lab up");
+    let _server = PathdocServer::start_in(&lab, &[], Ip::V6);
+    let deadline = Duration::from_secs(150);
 
-    let (code, r4) = check_over(&lab, Ip::V4, &["--mtu"]);
-    assert_eq!(code, 0, "IPv4 must pass: {:?}", ids(&r4));
-    assert!(
-        find_dir(&r4, "pmtud-black-hole", DOWN).is_none(),
-        "{:?}",
-        ids(&r4)
+    let (code, r, _) = run_json(
+        &lab,
+        "client",
+        &["check", "server", "--mtu", "--json"],
+        deadline,
     );
-    assert_eq!(r4["data"]["mtu"]["down"]["outcome"]["mtu"], 1500);
-
-    let (code, r6) = check_over(&lab, Ip::V6, &["--mtu"]);
-    assert_eq!(code, 1, "{:?}", ids(&r6));
-    let bh = find_dir(&r6, "pmtud-black-hole", DOWN)
-        .unwrap_or_else(|| panic!("no IPv6 black hole: {:?}", ids(&r6)));
+    assert_eq!(code, 1, "{:?}", ids(&r));
+    let families: Vec<&str> = r["families"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["family"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        families,
+        ["ipv6", "ipv4"],
+        "IPv6 first (RFC 6724): {:#}",
+        r["families"]
+    );
+    let of = |family: &str| -> Vec<&Value> {
+        support::findings(&r)
+            .into_iter()
+            .filter(|f| f["family"] == family)
+            .collect()
+    };
+    // IPv4: healthy, in the same report.
+    let v4 = of("ipv4");
+    assert!(!v4.is_empty(), "{:?}", ids(&r));
+    assert!(
+        v4.iter()
+            .all(|f| ["pass", "info"].contains(&f["status"].as_str().unwrap())),
+        "IPv4 must pass: {v4:#?}"
+    );
+    assert_eq!(r["data"]["ipv4"]["mtu"]["down"]["outcome"]["mtu"], 1500);
+    // IPv6: the black hole, headed as IPv6's alone, with its size and hop.
+    let bh = of("ipv6")
+        .into_iter()
+        .find(|f| f["id"] == "pmtud-black-hole" && f["direction"] == DOWN)
+        .unwrap_or_else(|| panic!("no IPv6 black hole: {:?}", ids(&r)));
     assert_eq!(bh["status"], "fail", "{bh:#}");
-    let down = &r6["data"]["mtu"]["down"];
+    let title = bh["title"].as_str().unwrap();
+    assert!(
+        title.starts_with("IPv6 only: ") && title.ends_with("; IPv4 is fine"),
+        "{title}"
+    );
+    assert!(
+        bh["summary"].as_str().unwrap().contains("Happy Eyeballs"),
+        "{bh:#}"
+    );
+    let down = &r["data"]["ipv6"]["mtu"]["down"];
     assert_eq!(down["outcome"]["mtu"], 1480, "{down}");
     // The tunnel-like link leaves hop2, hop 1 from the server.
     assert_eq!(down["location"]["hop"], 1, "{down}");
@@ -55,6 +95,32 @@ fn v6_ptb_blackhole_is_named_with_size_and_hop_while_ipv4_passes() {
         first.contains("icmpv6 type packet-too-big accept"),
         "{bh:#}"
     );
+
+    // -4: IPv4 only, as before.
+    let (code, r4, _) = run_json(
+        &lab,
+        "client",
+        &["check", "server", "-4", "--mtu", "--json"],
+        deadline,
+    );
+    assert_eq!(code, 0, "IPv4 must pass: {:?}", ids(&r4));
+    assert_eq!(
+        r4["families"].as_array().map(Vec::len),
+        Some(1),
+        "{:#}",
+        r4["families"]
+    );
+    assert!(
+        support::findings(&r4).iter().all(|f| f["family"] == "ipv4"),
+        "{:?}",
+        ids(&r4)
+    );
+    assert!(
+        find_dir(&r4, "pmtud-black-hole", DOWN).is_none(),
+        "{:?}",
+        ids(&r4)
+    );
+    assert_eq!(r4["data"]["mtu"]["down"]["outcome"]["mtu"], 1500);
     lab.down().unwrap();
 }
 

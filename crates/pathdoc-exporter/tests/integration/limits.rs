@@ -17,12 +17,18 @@ const TOKEN: &str = "limits-test-token";
 
 /// A real pathdoc server with the throughput service, on its own runtime thread.
 fn pathdoc_server() -> SocketAddr {
+    pathdoc_server_on("127.0.0.1:0")
+}
+
+/// The same on `listen` (`[::1]:0` for IPv6).
+fn pathdoc_server_on(listen: &str) -> SocketAddr {
+    let listen: SocketAddr = listen.parse().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
             let bound = Server::new(ServerConfig {
-                listen: "127.0.0.1:0".parse().unwrap(),
+                listen,
                 ..ServerConfig::default()
             })
             .with_service(Arc::new(pathdoc_speed::SpeedService::new()))
@@ -157,6 +163,31 @@ fn a_slow_target_flood_does_not_starve_a_healthy_target() {
     drop(waiting);
     shutdown.cancel();
     thread.join().unwrap();
+}
+
+/// A target written as users write it in each family, `127.0.0.1:PORT` and `[::1]:PORT`: the
+/// exporter's allow-list, its `target=` parameter and the probe itself all take the IPv6 form.
+#[test]
+fn a_healthy_target_is_probed_over_ipv4_and_ipv6() {
+    for listen in ["127.0.0.1:0", "[::1]:0"] {
+        let server = pathdoc_server_on(listen);
+        let (addr, shutdown, thread) = common::serve_on_loopback(&format!(
+            "auth_tokens = [\"{TOKEN}\"]\nprobe_timeout = \"30s\"\n\
+             [modules.tp]\ncheck = \"throughput\"\ntime = \"1s\"\n\
+             [[targets]]\naddress = \"{server}\"\nmodules = [\"tp\"]\n"
+        ));
+        let (code, body) = get(
+            addr,
+            &format!("/probe?target={server}&module=tp"),
+            "X-Prometheus-Scrape-Timeout-Seconds: 15\r\n",
+            Duration::from_secs(20),
+        );
+        assert_eq!(code, 200, "{server}: {body}");
+        assert!(body.contains("probe_success 1.0"), "{server}: {body}");
+        eprintln!("{server}: probe_success 1");
+        shutdown.cancel();
+        thread.join().unwrap();
+    }
 }
 
 #[test]

@@ -5,18 +5,21 @@
 use pathdoc_core::{Finding, Report, Status};
 use pathdoc_html::{figures, Body, Figure};
 
-/// Every check's plots, in the binary's page order (its check registry's; this crate has none).
+/// Every check's plots, in the binary's page order (its check registry's; this crate has none),
+/// once per address family in a run over both.
 fn all_figures(report: &Report) -> Vec<Figure> {
-    [
-        figures::idle,
-        figures::mtu,
-        figures::throughput,
-        figures::ssh,
-        figures::analyze,
-    ]
-    .iter()
-    .flat_map(|f| f(report))
-    .collect()
+    pathdoc_html::per_family(report, |r| {
+        [
+            figures::idle,
+            figures::mtu,
+            figures::throughput,
+            figures::ssh,
+            figures::analyze,
+        ]
+        .iter()
+        .flat_map(|f| f(r))
+        .collect()
+    })
 }
 
 fn render(report: &Report) -> String {
@@ -279,4 +282,47 @@ fn interrupted_and_could_not_run_runs_say_so() {
         "the mtu check could not run",
     ));
     assert!(render(&r).contains("data-status=\"could-not-run\""));
+}
+
+/// A run over both address families (`pathdoc check NAME` with A and AAAA records): each
+/// family's plots from its own data, a path table per family and the family of every verdict.
+#[test]
+fn a_run_over_both_families_shows_each_family() {
+    use pathdoc_core::{AddressFamily, FamilyRun};
+    let one = lab_report();
+    let mut both = one.clone();
+    both.families = vec![
+        FamilyRun {
+            family: AddressFamily::Ipv6,
+            address: Some("[2001:db8:3::2]:7224".into()),
+        },
+        FamilyRun {
+            family: AddressFamily::Ipv4,
+            address: Some("10.0.3.2:7224".into()),
+        },
+    ];
+    both.data = serde_json::Map::new();
+    both.findings.clear();
+    for family in [AddressFamily::Ipv6, AddressFamily::Ipv4] {
+        both.data.insert(
+            family.key().into(),
+            serde_json::Value::Object(one.data.clone()),
+        );
+        both.findings
+            .extend(one.findings.iter().cloned().map(|f| f.family(family)));
+    }
+    let ids: Vec<String> = all_figures(&both).into_iter().map(|f| f.id).collect();
+    assert_eq!(ids.len(), 2 * all_figures(&one).len(), "{ids:?}");
+    assert_eq!(ids[0], "ipv6-idle-ladder");
+    assert!(
+        ids.contains(&"ipv4-mtu-server-to-client".to_string()),
+        "{ids:?}"
+    );
+    let html = render(&both);
+    assert!(html.contains("<h3>IPv6: "), "figure titles name the family");
+    for section in ["id=\"path-ipv6\"", "id=\"path-ipv4\"", "<th>family</th>"] {
+        assert!(html.contains(section), "{section}");
+    }
+    assert!(html.contains("[2001:db8:3::2]:7224"));
+    assert!(html.contains("data-family=\"ipv4\""));
 }

@@ -29,6 +29,9 @@ pub(super) struct Health {
     pub(super) notes: Vec<String>,
     pub(super) suspended: bool,
     pub(super) public_addr: SocketAddr,
+    /// IPv6, and the server saw the client's own address: no NAT66, so the box that forgets
+    /// idle connections is a stateful firewall (RFC 6092).
+    pub(super) v6_no_nat: bool,
     /// The control connection was lost at this time (a server's close or a network outage,
     /// told apart by whether the session can be resumed).
     pub(super) lost_at: Option<Duration>,

@@ -126,6 +126,7 @@ pub(super) fn build(i: Inputs<'_>) -> IdleResult {
         outages: h.outages.len() as u32,
         outage_time,
         public_addr: h.public_addr.to_string(),
+        v6_firewall: h.v6_no_nat,
         session_end: h.session_ended.as_ref().map(|(at, seen)| SessionEnd {
             at: *at,
             seen: seen.clone(),
@@ -198,6 +199,7 @@ pub(super) fn build(i: Inputs<'_>) -> IdleResult {
             i.path,
             why.as_deref(),
             &owner,
+            h.v6_no_nat,
         ));
     }
     findings.extend(verdict::run_findings(
