@@ -290,6 +290,9 @@ fn one_address_group_in_its_handshake_leaves_the_handshake_pool_to_others() {
         "s3cret",
     ];
     let (tally, held, summary) = under_attack(&server, Pool::Silent, (40, 1), &check);
-    assert!(held >= 8, "the attack did not get going: {summary}");
+    // The count is of open attacker sockets at one instant: the 8 admitted ones dip together
+    // at their 2 s deadline and refused ones live ≤ 50 ms (9 and 12 seen in busy runs), so only
+    // a few are required; without the per-client cap the checks are refused (0 of 10).
+    assert!(held >= 4, "the attack did not get going: {summary}");
     assert!(tally.served >= SERVED, "{summary}");
 }
