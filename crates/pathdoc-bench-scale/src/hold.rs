@@ -30,6 +30,10 @@ pub enum Pool {
     Streams(u32),
     /// Connections that never send a preamble (so never authenticate), re-opened when closed.
     Silent,
+    /// Idle-check probe records: an idle session per slot that opens this many UDP bindings
+    /// (no descriptor on the server, the cheapest record to make it keep) and re-sends the
+    /// `OPEN` of each one not yet answered; one binding is one unit held.
+    IdleProbes(u32),
 }
 
 /// A running attack; [`Holder::stop`] ends it and returns what it got.
@@ -132,6 +136,7 @@ impl Slot {
                 Pool::Bulk => self.bulk().await,
                 Pool::Streams(n) => self.streams(n).await,
                 Pool::Silent => self.silent().await,
+                Pool::IdleProbes(n) => self.idle_probes(n, retake).await,
             };
             if !got {
                 tokio::time::sleep(retake).await;
@@ -277,6 +282,60 @@ impl Slot {
         true
     }
 
+    async fn idle_probes(&self, bindings: u32, retake: Duration) -> bool {
+        use pathdoc_idle::proto::{ControlReply, ControlRequest};
+        let server = self.target.addr;
+        let Some((mut ctl, session)) = open(
+            self.source,
+            server,
+            control(CheckKind::Idle),
+            &self.outcomes,
+        )
+        .await
+        else {
+            return false;
+        };
+        let Ok(udp) = crate::net::udp_from(self.source).await else {
+            return false;
+        };
+        let mut answered = std::collections::HashSet::new();
+        let mut heartbeat = tokio::time::Instant::now();
+        let mut seq = 0;
+        while !self.stop.load(Ordering::Relaxed) {
+            for tag in (0..bindings).filter(|t| !answered.contains(t)) {
+                let _ = udp.send_to(&open_binding(session, tag), server).await;
+            }
+            // Answers until the next re-take: each new one is a record the server keeps.
+            let until = tokio::time::Instant::now() + retake;
+            let mut buf = [0u8; 1024];
+            while let Ok(Ok((n, _))) = tokio::time::timeout_at(until, udp.recv_from(&mut buf)).await
+            {
+                if let Some(tag) = answered_tag(&buf[..n]) {
+                    if tag < bindings && answered.insert(tag) {
+                        self.took();
+                    }
+                }
+            }
+            // The control connection must not fall silent (the server ends it after 60 s).
+            if heartbeat.elapsed() >= Duration::from_secs(10) {
+                heartbeat = tokio::time::Instant::now();
+                seq += 1;
+                let alive = ctl.send(&ControlRequest::Heartbeat { seq }).await.is_ok()
+                    && ctl
+                        .recv_timeout::<ControlReply>(STEP, "heartbeat")
+                        .await
+                        .is_ok();
+                if !alive {
+                    break;
+                }
+            }
+        }
+        for _ in 0..answered.len() {
+            self.released();
+        }
+        true
+    }
+
     async fn silent(&self) -> bool {
         let Ok(mut stream) = connect_from(self.source, self.target.addr).await else {
             return false;
@@ -288,4 +347,33 @@ impl Slot {
         // Re-take at once: the slot is free now.
         true
     }
+}
+
+/// An idle-check `OPEN` of binding `tag` in `session`.
+fn open_binding(session: pathdoc_proto::SessionId, tag: u32) -> Vec<u8> {
+    use pathdoc_idle::proto::{udp_kind, UdpPayload, UDP_PAD};
+    let mut d = Vec::new();
+    pathdoc_proto::UdpHeader {
+        session,
+        kind: udp_kind::OPEN,
+    }
+    .encode(&mut d);
+    d.extend_from_slice(
+        &UdpPayload {
+            tag,
+            nonce: 0,
+            observed: None,
+        }
+        .encode(UDP_PAD),
+    );
+    d
+}
+
+/// The binding an answer to an `OPEN` is for.
+fn answered_tag(datagram: &[u8]) -> Option<u32> {
+    let (header, payload) = pathdoc_proto::UdpHeader::decode(datagram).ok()?;
+    (header.kind == pathdoc_idle::proto::udp_kind::OPEN)
+        .then(|| pathdoc_idle::proto::UdpPayload::decode(payload))
+        .flatten()
+        .map(|p| p.tag)
 }

@@ -302,10 +302,11 @@ async fn probe_handler(
         .probe_seconds
         .get_or_create(&module_label)
         .observe(started.elapsed().as_secs_f64());
-    let result = match (&outcome.error, outcome.timed_out) {
-        (None, _) => "success",
-        (Some(_), true) => "timeout",
-        (Some(_), false) => "failure",
+    let result = match (&outcome.error, outcome.timed_out, &outcome.busy) {
+        (None, ..) => "success",
+        (Some(_), true, _) => "timeout",
+        (Some(_), false, Some(_)) => "busy",
+        (Some(_), false, None) => "failure",
     };
     let mut labels = module_label;
     labels.push(("result".into(), result.into()));

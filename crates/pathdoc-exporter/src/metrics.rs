@@ -149,7 +149,7 @@ impl Default for SelfMetrics {
         let probes = Family::<Labels, Counter>::default();
         registry.register(
             "probes",
-            "Probes run on /probe, by module and result (success, failure, timeout)",
+            "Probes run on /probe, by module and result (success, failure, timeout, busy: the pathdoc server had no room)",
             probes.clone(),
         );
         let refused = Family::<Labels, Counter>::default();

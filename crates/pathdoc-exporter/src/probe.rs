@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use pathdoc_core::busy::ServerBusy;
 use pathdoc_core::{Finding, NoProgress};
 use pathdoc_mtu::analysis::Outcome;
 use pathdoc_speed::{DirectionResult, Mode, SpeedOptions, SpeedRun};
@@ -12,13 +13,44 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Check, Target};
 use crate::metrics::Samples;
 
-/// What a probe produced: its samples (always with `probe_success` and `probe_duration_seconds`)
-/// and, when it failed, why.
+/// What a probe produced: its samples (always with `probe_success`, `probe_duration_seconds`
+/// and `pathdoc_server_busy`) and, when it failed, why.
 pub struct ProbeOutcome {
     pub samples: Samples,
     pub error: Option<String>,
     pub timed_out: bool,
+    /// The pathdoc server refused the probe for want of room: nothing was measured, and that
+    /// says nothing about the path.
+    pub busy: Option<ServerBusy>,
 }
+
+/// Why a probe measured nothing.
+struct Failed {
+    message: String,
+    busy: Option<ServerBusy>,
+}
+
+impl From<String> for Failed {
+    fn from(message: String) -> Self {
+        Failed {
+            message,
+            busy: None,
+        }
+    }
+}
+
+/// The server refused `what` for want of room.
+fn busy(what: String, busy: ServerBusy) -> Failed {
+    Failed {
+        message: format!("{what}: the server was busy: {}", busy.message),
+        busy: Some(busy),
+    }
+}
+
+const BUSY: &str = "pathdoc_server_busy";
+const BUSY_HELP: &str = "1 when the pathdoc server refused the probe for want of room (its pools were full or shared out between other clients), so nothing was measured: not a path fault";
+const BUSY_LIMIT: &str = "pathdoc_server_busy_limit";
+const BUSY_LIMIT_HELP: &str = "The limit the busy pathdoc server refused the probe by; reason: the bound, as the server's log names it (sessions-total, streams-fair-share…)";
 
 /// Run `check` against `target` for at most `budget`.
 pub async fn run(check: &Check, target: &Target, budget: Duration) -> ProbeOutcome {
@@ -28,9 +60,9 @@ pub async fn run(check: &Check, target: &Target, budget: Duration) -> ProbeOutco
     // then releases its server session.
     let _guard = cancel.clone().drop_guard();
     let measured = tokio::time::timeout(budget, measure(check, target, &cancel)).await;
-    let (mut samples, error, timed_out) = match measured {
-        Ok(Ok(samples)) => (samples, None, false),
-        Ok(Err(e)) => (Samples::default(), Some(e), false),
+    let (mut samples, error, timed_out, busy) = match measured {
+        Ok(Ok(samples)) => (samples, None, false, None),
+        Ok(Err(e)) => (Samples::default(), Some(e.message), false, e.busy),
         Err(_) => (
             Samples::default(),
             Some(format!(
@@ -38,8 +70,19 @@ pub async fn run(check: &Check, target: &Target, budget: Duration) -> ProbeOutco
                 check.name()
             )),
             true,
+            None,
         ),
     };
+    samples.set(BUSY, BUSY_HELP, &[], if busy.is_some() { 1.0 } else { 0.0 });
+    // Servers before the refusal's bound and limit name neither: no series then.
+    if let Some((reason, limit)) = busy.as_ref().and_then(|b| b.reason.as_deref().zip(b.limit)) {
+        samples.set(
+            BUSY_LIMIT,
+            BUSY_LIMIT_HELP,
+            &[("reason", reason)],
+            f64::from(limit),
+        );
+    }
     samples.set(
         "probe_success",
         "Whether the probe succeeded",
@@ -56,6 +99,7 @@ pub async fn run(check: &Check, target: &Target, budget: Duration) -> ProbeOutco
         samples,
         error,
         timed_out,
+        busy,
     }
 }
 
@@ -72,7 +116,7 @@ async fn measure(
     check: &Check,
     target: &Target,
     cancel: &CancellationToken,
-) -> Result<Samples, String> {
+) -> Result<Samples, Failed> {
     let server = resolve(&target.address).await?;
     let token = target.server_token.clone();
     match check {
@@ -96,12 +140,10 @@ async fn measure(
             let r = pathdoc_mtu::run_check(server, token, &opts, &NoProgress, cancel)
                 .await
                 .map_err(|e| format!("mtu check against {server}: {e}"))?;
-            // A session the server had no room for measured nothing: a failed probe.
-            if let Some(busy) = &r.data.refused {
-                return Err(format!(
-                    "mtu check against {server}: the server was busy: {}",
-                    busy.message
-                ));
+            // A session the server had no room for measured nothing: a failed probe, and
+            // said to be the server's load (pathdoc_server_busy), not the path.
+            if let Some(refused) = r.data.refused {
+                return Err(busy(format!("mtu check against {server}"), refused));
             }
             Ok(mtu_samples(&r))
         }
@@ -127,15 +169,21 @@ async fn measure(
                     mode,
                     ..base.clone()
                 };
+                let what = format!("throughput test against {server}");
                 let run =
                     pathdoc_speed::run_test(server, token.clone(), &opts, &NoProgress, cancel)
                         .await
-                        .map_err(|e| format!("throughput test against {server}: {e}"))?;
+                        .map_err(|e| match e {
+                            pathdoc_speed::SpeedError::Busy(b) => busy(what, b),
+                            e => Failed::from(format!("{what}: {e}")),
+                        })?;
                 runs.push(run);
             }
             Ok(throughput_samples(&runs))
         }
-        Check::Idle { .. } => Err("the idle check runs in the background, not per scrape".into()),
+        Check::Idle { .. } => Err(Failed::from(
+            "the idle check runs in the background, not per scrape".to_string(),
+        )),
     }
 }
 

@@ -218,7 +218,7 @@ pub async fn run(
     // Phase 5: the server's view of how each probe ended, then release the session. Both have
     // deadlines: the ETA counts on them.
     progress.status("idle: collecting the server's records and ending the session");
-    let records = tokio::time::timeout(
+    let (records, udp_refused) = tokio::time::timeout(
         tcp::TEARDOWN - Duration::from_secs(5),
         fetch_server_records(&link.requests),
     )
@@ -245,6 +245,7 @@ pub async fn run(
         keepalive_interval: plan.keepalive_interval,
         tcp: &tcp,
         udp,
+        udp_refused,
     }))
 }
 
@@ -626,20 +627,27 @@ impl UdpSide {
     }
 }
 
-/// The server's record of every probe (how it saw each connection end), a page at a time.
+/// The server's record of every probe (how it saw each connection end), a page at a time,
+/// and the UDP bindings it refused for want of room.
 async fn fetch_server_records(
     requests: &mpsc::Sender<Request>,
-) -> std::collections::HashMap<u32, ServerProbeRecord> {
+) -> (
+    std::collections::HashMap<u32, ServerProbeRecord>,
+    Option<crate::proto::RefusedBindings>,
+) {
     let mut records = std::collections::HashMap::new();
+    let mut refused = None;
     let mut after = None;
     for _ in 0..64 {
         match request(requests, ControlRequest::Results { after }).await {
             Ok(ControlReply::Results {
                 records: page,
                 more,
+                udp_refused,
             }) => {
                 after = page.last().map(|r| r.tag);
                 records.extend(page.into_iter().map(|r| (r.tag, r)));
+                refused = udp_refused.or(refused);
                 if !more {
                     break;
                 }
@@ -647,7 +655,7 @@ async fn fetch_server_records(
             _ => break,
         }
     }
-    records
+    (records, refused)
 }
 
 /// Milliseconds helper re-exported for callers building configs from flags.

@@ -76,11 +76,26 @@ pub enum ControlReply {
     Results {
         records: Vec<ServerProbeRecord>,
         more: bool,
+        /// UDP bindings the server did not open for want of room (a UDP `OPEN` gets no answer
+        /// then, so only this tells the client why). Absent when none was refused and from
+        /// older servers; older clients ignore it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        udp_refused: Option<RefusedBindings>,
     },
     Ok,
     Error {
         message: String,
     },
+}
+
+/// UDP bindings a session's client asked for that the server's probe-record budget refused:
+/// how many distinct bindings, and the last refusal's words, bound and limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedBindings {
+    pub count: u32,
+    pub message: String,
+    pub reason: String,
+    pub limit: u32,
 }
 
 /// The server's account of one fire request.

@@ -31,8 +31,8 @@ use serde::Serialize;
 use crate::duration::to_ms;
 use crate::parking::{ParkedSocket, ParkingLot};
 use crate::proto::{
-    udp_kind, ControlReply, ControlRequest, Fired, ProbeMessage, ProbeRequest, ServerProbeRecord,
-    ServerSawEnd, UdpPayload,
+    udp_kind, ControlReply, ControlRequest, Fired, ProbeMessage, ProbeRequest, RefusedBindings,
+    ServerProbeRecord, ServerSawEnd, UdpPayload,
 };
 
 /// Probe connections plus UDP bindings one session may register.
@@ -99,6 +99,34 @@ struct IdleState {
     refresh: Mutex<Option<tokio_util_like::Abort>>,
     /// A task waits for the session's end to close its parked sockets (one per session).
     watched: AtomicBool,
+    /// UDP bindings the record budget refused, reported with the results.
+    udp_refused: Mutex<UdpRefused>,
+}
+
+/// UDP bindings refused for want of room. Tags are kept (at most a session's probe count) so a
+/// binding whose `OPEN` is retried counts once, and one admitted on a retry not at all.
+#[derive(Default)]
+struct UdpRefused {
+    tags: std::collections::HashSet<u32>,
+    last: Option<pathdoc_server::Refuse>,
+}
+
+impl UdpRefused {
+    /// A refused `OPEN` of `tag`; true the first time this tag is refused (to log it once).
+    fn refused(&mut self, tag: u32, refuse: pathdoc_server::Refuse) -> bool {
+        self.last = Some(refuse);
+        self.tags.len() < MAX_PROBES_PER_SESSION && self.tags.insert(tag)
+    }
+
+    fn report(&self) -> Option<RefusedBindings> {
+        let last = self.last.as_ref().filter(|_| !self.tags.is_empty())?;
+        Some(RefusedBindings {
+            count: self.tags.len() as u32,
+            message: last.message.clone(),
+            reason: last.reason.to_string(),
+            limit: last.limit,
+        })
+    }
 }
 
 struct ProbeEntry {
@@ -212,7 +240,12 @@ impl Service for IdleService {
                     records.sort_by_key(|r| r.tag);
                     let more = records.len() > RESULTS_PAGE;
                     records.truncate(RESULTS_PAGE);
-                    ControlReply::Results { records, more }
+                    let udp_refused = lock(&state.udp_refused).report();
+                    ControlReply::Results {
+                        records,
+                        more,
+                        udp_refused,
+                    }
                 }
                 ControlRequest::Finish => {
                     *lock(&state.refresh) = None;
@@ -345,12 +378,16 @@ impl Service for IdleService {
                     if probes.len() >= MAX_PROBES_PER_SESSION {
                         return None;
                     }
-                    // Over the record budget: no binding, no answer (the client's test of it
-                    // fails; nothing else is affected).
-                    if state.take_record(&session).is_err() {
+                    // Over the record budget: no binding, no answer (no datagram may carry
+                    // the words); the client learns why with the results.
+                    if let Err(refuse) = state.take_record(&session) {
+                        if lock(&state.udp_refused).refused(msg.tag, refuse.clone()) {
+                            session.refused(from, &refuse);
+                        }
                         return None;
                     }
                 }
+                lock(&state.udp_refused).tags.remove(&msg.tag);
                 probes.insert(
                     msg.tag,
                     ProbeEntry {

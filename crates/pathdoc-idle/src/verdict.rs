@@ -63,7 +63,7 @@ pub const FINDING_IDS: &[FindingId] = &[
     },
     FindingId {
         id: "server-busy",
-        meaning: "the server had no room for the check's session or for probe connections (a pool full, shared out between other clients, or this client's own cap), with the server's words, the bound it refused by and its limit (and how many probes it refused), a retry hint and the operator's fix: WARN",
+        meaning: "the server had no room for the check's session or for probe connections or UDP bindings (a pool full, shared out between other clients, or this client's own cap), with the server's words, the bound it refused by and its limit (and how many probe connections and UDP bindings it refused), a retry hint and the operator's fix: WARN",
     },
     FindingId {
         id: "probe-mode-not-run",
@@ -80,23 +80,41 @@ pub fn server_busy(busy: &pathdoc_core::busy::ServerBusy) -> Finding {
     )
 }
 
-/// Probe connections the server refused for want of room: the tests they were for were
-/// retried or are missing, which the user must see.
-pub fn probes_busy(n: u32, busy: &pathdoc_core::busy::ServerBusy) -> Finding {
-    let what = if n == 1 {
-        "1 probe connection".to_string()
-    } else {
-        format!("{n} probe connections")
+/// Probe connections and UDP bindings the server refused for want of room: the tests they
+/// were for were retried or are missing, which the user must see. One finding for both, with
+/// the words of the first kind refused.
+pub fn probes_busy(
+    connections: u32,
+    bindings: u32,
+    busy: &pathdoc_core::busy::ServerBusy,
+) -> Finding {
+    let count = |n: u32, one: &str, many: &str| match n {
+        1 => format!("1 {one}"),
+        n => format!("{n} {many}"),
     };
-    pathdoc_core::busy::describe(
+    let what = match (connections, bindings) {
+        (c, 0) => count(c, "probe connection", "probe connections"),
+        (0, b) => count(b, "UDP binding", "UDP bindings"),
+        (c, b) => format!(
+            "{} and {}",
+            count(c, "probe connection", "probe connections"),
+            count(b, "UDP binding", "UDP bindings")
+        ),
+    };
+    let mut f = pathdoc_core::busy::describe(
         Finding::new(CHECK, "server-busy", Status::Warn, ""),
         &what,
         busy,
-    )
-    .evidence(Evidence::new(
-        "probe connections refused",
-        Quantity::Count(u64::from(n)),
-    ))
+    );
+    for (n, name) in [
+        (connections, "probe connections refused"),
+        (bindings, "UDP bindings refused"),
+    ] {
+        if n > 0 {
+            f = f.evidence(Evidence::new(name, Quantity::Count(u64::from(n))));
+        }
+    }
+    f
 }
 
 /// How a probe's test failed.
@@ -1046,17 +1064,24 @@ mod tests {
         assert_eq!(f.title, "the server was busy: the idle check not run");
         assert!(f.remedies[1].description.contains("--max-sessions-per-ip"));
         all_remedies_have_hosts(&[f]);
-        let p = probes_busy(
-            37,
-            &pathdoc_core::busy::ServerBusy::new(
-                "the server is busy",
-                Some("idle-probes-fair-share".into()),
-                Some(4),
-            ),
+        let busy = pathdoc_core::busy::ServerBusy::new(
+            "the server is busy",
+            Some("idle-probes-fair-share".into()),
+            Some(4),
         );
+        let p = probes_busy(37, 0, &busy);
         assert_eq!(p.title, "the server was busy: 37 probe connections not run");
         assert!(p.remedies[1].description.contains("--max-idle-probes"));
         assert!(p.evidence.iter().any(|e| e.value == Quantity::Count(37)));
+        let u = probes_busy(0, 1, &busy);
+        assert_eq!(u.title, "the server was busy: 1 UDP binding not run");
+        let both = probes_busy(2, 12, &busy);
+        assert_eq!(
+            both.title,
+            "the server was busy: 2 probe connections and 12 UDP bindings not run"
+        );
+        let names: Vec<&str> = both.evidence.iter().map(|e| e.name.as_str()).collect();
+        assert!(names.contains(&"UDP bindings refused"), "{names:?}");
     }
 
     fn all_remedies_have_hosts(f: &[Finding]) {

@@ -120,7 +120,7 @@ async fn results(ctl: &mut FramedConn) -> Vec<ServerProbeRecord> {
     let mut after = None;
     loop {
         match ask(ctl, &ControlRequest::Results { after }).await {
-            ControlReply::Results { records, more } => {
+            ControlReply::Results { records, more, .. } => {
                 after = records.last().map(|r| r.tag);
                 all.extend(records);
                 if !more {

@@ -86,6 +86,16 @@ fn refused(reason: String, load: Option<pathdoc_proto::LoadLimit>) -> SpeedError
     }
 }
 
+/// A connection the server turned away. A refusal for want of room is recognised by its code
+/// (`limit-exceeded`), not by the `load` field: servers before that field send the code alone,
+/// and their refused stream connections read as a failure otherwise.
+fn refused_connection(e: ProtoError) -> SpeedError {
+    match e {
+        ProtoError::Refused(r) if r.is_load() => SpeedError::Busy(busy_of(r.message, r.load)),
+        e => SpeedError::Proto(e),
+    }
+}
+
 fn busy_of(
     message: String,
     load: Option<pathdoc_proto::LoadLimit>,
@@ -137,7 +147,8 @@ async fn open_data(
         })?;
     let (conn, _) =
         pathdoc_proto::handshake(stream, token, Channel::Data { session, tag }, STEP_TIMEOUT)
-            .await?;
+            .await
+            .map_err(refused_connection)?;
     let stream = conn.into_inner().into_std()?;
     stream.set_nonblocking(false)?;
     let sending = parse_tag(tag).0 == Direction::Upload;
@@ -866,6 +877,46 @@ fn direction_result(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server from before the refusal's `load` field turns a stream's data connection away
+    /// for want of room with the code alone: the test is a server-busy WARN, not a failure.
+    #[tokio::test]
+    async fn a_stream_refused_by_code_alone_is_the_server_being_busy() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = listener.local_addr().unwrap();
+        let message = "it allows 16 throughput streams at once per client address";
+        let fake = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            pathdoc_proto::read_preamble(&mut s).await.unwrap();
+            let _: serde_json::Value = read_frame(&mut s).await.unwrap();
+            pathdoc_proto::write_preamble(&mut s).await.unwrap();
+            // The older server's frame, verbatim: no `load`.
+            let refused = serde_json::json!({
+                "type": "refused", "code": "limit-exceeded", "message": message,
+            });
+            write_frame(&mut s, &refused).await.unwrap();
+        });
+        let session = pathdoc_proto::SessionId(7);
+        let tag = stream_tag(Direction::Upload, 0);
+        let err = open_data(server, None, session, tag, &SpeedOptions::default())
+            .await
+            .unwrap_err();
+        fake.await.unwrap();
+        let SpeedError::Busy(busy) = err else {
+            panic!("a refusal for load read as a failure: {err:?}");
+        };
+        assert_eq!(
+            (busy.message.as_str(), busy.reason, busy.limit),
+            (message, None, None)
+        );
+        // Another code stays a failure (check-failed): it is not load.
+        let denied = ProtoError::Refused(pathdoc_proto::Refusal {
+            code: pathdoc_proto::RefusalCode::AuthFailed,
+            message: "wrong token".into(),
+            load: None,
+        });
+        assert!(matches!(refused_connection(denied), SpeedError::Proto(_)));
+    }
     use pathdoc_sys::cpu_usage::HostCpuTimes;
     use pathdoc_sys::tcp_info::{TcpInfo, KERNEL_STRUCT_LEN};
 

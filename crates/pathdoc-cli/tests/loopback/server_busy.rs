@@ -193,3 +193,38 @@ fn idle_probe_connections_the_server_has_no_room_for_are_a_server_busy_warning()
     );
     assert_eq!(code, 1, "a WARN: {report:#}");
 }
+
+#[test]
+fn idle_udp_bindings_the_server_has_no_room_for_are_a_server_busy_warning() {
+    // One idle probe per client: UDP bindings beyond it get no answer to their OPEN; the
+    // server says why with the results, and the report counts them like refused connections.
+    let server =
+        LoopbackServer::on_free_port(&["--max-idle-probes", "1", "--max-idle-probes-per-ip", "1"]);
+    let mut cmd = Command::new(PATHDOC);
+    cmd.args(["check", &server.addr.to_string(), "--json", "--idle"])
+        .args(["--idle-max", "10s", "--idle-resolution", "5s"])
+        .args([
+            "--idle-no-culprit",
+            "--idle-no-keepalive",
+            "--idle-no-client-probes",
+        ]);
+    let (code, out, err) = run(cmd, Duration::from_secs(90));
+    let report = parse_report(code, &out, &err);
+    let busy = busy_findings(&report, "idle", "idle-probes-per-client", 1);
+    let refused = report["data"]["idle"]["udp_bindings_refused_busy"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(refused >= 1, "{report:#}");
+    let title = busy[0]["title"].as_str().unwrap();
+    assert!(title.contains("UDP binding"), "{report:#}");
+    assert!(
+        busy[0]["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "UDP bindings refused"
+                && e["value"]["value"].as_u64() == Some(refused)),
+        "{report:#}"
+    );
+    assert_eq!(code, 1, "a WARN: {report:#}");
+}

@@ -92,7 +92,40 @@ fn an_idle_first_run_is_not_a_failed_probe_but_a_failed_run_is() {
             &fires("PathdocProbeFailed"),
         ),
     ];
-    let dir = std::env::temp_dir().join(format!("pathdoc-alerts-test-{}", std::process::id()));
+    promtool_test(&tests.concat(), "idle");
+}
+
+#[test]
+fn a_probe_the_server_was_too_busy_for_is_not_a_failed_probe() {
+    // What a busy server's mtu probe answers (crates/pathdoc-exporter/tests/busy.rs), for an hour.
+    let target = format!("job=\"pathdoc_mtu\",instance=\"{INSTANCE}\"");
+    let series = [("probe_success", 0), ("pathdoc_server_busy", 1)]
+        .map(|(name, v)| {
+            format!("      - series: '{name}{{{target}}}'\n        values: '{v}x60'\n")
+        })
+        .concat();
+    let labels = format!("{{ severity: info, job: pathdoc_mtu, instance: \"{INSTANCE}\" }}");
+    let summary = format!("The pathdoc server {INSTANCE} is too busy for the pathdoc_mtu probe");
+    let description = format!(
+        "For 30 minutes the pathdoc server at {INSTANCE} refused the exporter's pathdoc_mtu probe \
+         for want of room (pathdoc_server_busy_limit names the bound). Its log's refused and \
+         counters lines show who holds it; raise the limit the refusal names there if the host \
+         has room (docs/server.md, resource model)."
+    );
+    let busy = format!(
+        "\n          - exp_labels: {labels}\n            exp_annotations:\n              summary: \"{summary}\"\n              description: \"{description}\"\n"
+    );
+    let tests = [
+        alert_test(&series, "45m", "PathdocProbeFailed", " []"),
+        alert_test(&series, "45m", "PathdocServerBusy", &busy),
+    ];
+    promtool_test(&tests.concat(), "busy");
+}
+
+/// Run `promtool test rules` on the shipped rules with these tests.
+fn promtool_test(tests: &str, name: &str) {
+    let dir =
+        std::env::temp_dir().join(format!("pathdoc-alerts-test-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("test.yml");
     std::fs::write(
@@ -100,7 +133,7 @@ fn an_idle_first_run_is_not_a_failed_probe_but_a_failed_run_is() {
         format!(
             "rule_files:\n  - {}\nevaluation_interval: 1m\ntests:\n{}",
             repo("dist/prometheus/pathdoc-alerts.yml").display(),
-            tests.concat()
+            tests
         ),
     )
     .unwrap();

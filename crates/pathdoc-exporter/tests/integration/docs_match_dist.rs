@@ -77,5 +77,5 @@ fn the_shipped_prometheus_config_passes_promtool() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "{said}");
-    assert!(said.contains("4 rules found"), "{said}");
+    assert!(said.contains("5 rules found"), "{said}");
 }

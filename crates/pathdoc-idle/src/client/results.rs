@@ -13,6 +13,7 @@ use super::{IdleConfig, IdleResult};
 use crate::culprit::{self, Split};
 use crate::hops::PathHops;
 use crate::owner::Owner;
+use crate::proto::RefusedBindings;
 use crate::schedule::LadderPlan;
 use crate::udp_client::UdpReport;
 use crate::verdict::{
@@ -34,6 +35,27 @@ pub(super) struct Inputs<'a> {
     pub keepalive_interval: Duration,
     pub tcp: &'a TcpRun<'a>,
     pub udp: Option<UdpReport>,
+    /// UDP bindings the server refused for want of room (its word, with the results).
+    pub udp_refused: Option<RefusedBindings>,
+}
+
+/// One `server-busy` WARN for the probe connections and UDP bindings the server refused for
+/// want of room, in the words of the connections' refusal when there was one.
+fn probes_busy(
+    tcp: Option<&(u32, pathdoc_core::busy::ServerBusy)>,
+    udp: Option<&RefusedBindings>,
+) -> Option<pathdoc_core::Finding> {
+    let udp_busy = udp.map(|r| {
+        pathdoc_core::busy::ServerBusy::new(
+            r.message.clone(),
+            Some(r.reason.clone()),
+            Some(r.limit),
+        )
+    });
+    let busy = tcp.map(|(_, b)| b).or(udp_busy.as_ref())?;
+    let connections = tcp.map_or(0, |(n, _)| *n);
+    let bindings = udp.map_or(0, |r| r.count);
+    Some(verdict::probes_busy(connections, bindings, busy))
 }
 
 /// A ladder's outcome: its bracket and how its probes died.
@@ -207,8 +229,8 @@ pub(super) fn build(i: Inputs<'_>) -> IdleResult {
         &not_run,
         ladders[0].lost_to_outage,
     ));
-    if let Some((n, busy)) = &i.tcp.refused {
-        findings.push(verdict::probes_busy(*n, busy));
+    if let Some(f) = probes_busy(i.tcp.refused.as_ref(), i.udp_refused.as_ref()) {
+        findings.push(f);
     }
     let early_stop = i
         .tcp
@@ -223,6 +245,7 @@ pub(super) fn build(i: Inputs<'_>) -> IdleResult {
         "elapsed_s": i.elapsed.as_secs_f64(),
         "early_stop": early_stop,
         "probes_refused_busy": i.tcp.refused.as_ref().map_or(0, |(n, _)| *n),
+        "udp_bindings_refused_busy": i.udp_refused.as_ref().map_or(0, |r| r.count),
         "interrupted": run.interrupted.is_some(),
         "session_end": run.session_end,
         "plan": i.plan,
