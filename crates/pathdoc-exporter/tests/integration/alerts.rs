@@ -97,7 +97,7 @@ fn an_idle_first_run_is_not_a_failed_probe_but_a_failed_run_is() {
 
 #[test]
 fn a_probe_the_server_was_too_busy_for_is_not_a_failed_probe() {
-    // What a busy server's mtu probe answers (crates/pathdoc-exporter/tests/busy.rs), for an hour.
+    // What a busy server's mtu probe answers (tests/integration/busy.rs), for an hour.
     let target = format!("job=\"pathdoc_mtu\",instance=\"{INSTANCE}\"");
     let series = [("probe_success", 0), ("pathdoc_server_busy", 1)]
         .map(|(name, v)| {

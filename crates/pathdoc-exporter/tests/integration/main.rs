@@ -3,6 +3,7 @@
 //! tests/connections.rs stays a binary of its own: it lowers the process's descriptor limit.
 
 mod alerts;
+mod busy;
 mod common;
 mod docs_match_dist;
 mod http;

@@ -3,7 +3,7 @@
 //! the server named, and `result="busy"` in the exporter's own probe counter. A real pathdoc
 //! server with one session per client; another connection from the same address holds it.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
