@@ -27,6 +27,10 @@
 //! police = { rate = "20 Mbit/s", burst = "64 KiB" }   # drop (not queue) beyond the rate
 //! ```
 //!
+//! A link between two hops may carry background traffic from two extra hosts, one hung off each
+//! of its hops (`cross<i>a` on the client side, `cross<i>b` on the server side):
+//! `cross_traffic = { flows = 2, cc = "cubic", direction = "down" }` (top level of a `[[link]]`).
+//!
 //! `[[link]]` tables apply in order to link 0, 1, …; links not listed are clean.
 
 use std::collections::BTreeMap;
@@ -373,6 +377,9 @@ pub struct LinkSpec {
     /// A token-bucket policer that drops what exceeds its rate (no queue).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub police: Option<Police>,
+    /// Background bulk flows across this link between two extra hosts (not the client/server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_traffic: Option<CrossTraffic>,
     #[serde(default)]
     pub up: DirectionSpec,
     #[serde(default)]
@@ -411,6 +418,34 @@ pub struct DirectionSpec {
 pub struct Police {
     pub rate: Rate,
     pub burst: Size,
+}
+
+/// Background bulk TCP flows (iperf3, `flows` parallel streams) between two extra hosts hung off
+/// the two hops at the ends of a link, so they share its queues with the diagnosed transfer while
+/// pathdoc cannot see them except through their effect: the other people on a busy line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CrossTraffic {
+    pub flows: u32,
+    /// Congestion control of the cross flows' sender.
+    #[serde(default = "CrossTraffic::default_cc")]
+    pub cc: String,
+    /// Which way the cross flows' data goes (`down`: towards the client side).
+    #[serde(default = "CrossTraffic::default_direction")]
+    pub direction: Direction,
+}
+
+impl CrossTraffic {
+    /// Most parallel cross flows a link takes.
+    pub const MAX_FLOWS: u32 = 16;
+    /// Congestion controls the lab's kernel offers the cross flows.
+    pub const CCS: &'static [&'static str] = &["cubic", "bbr", "reno"];
+    fn default_cc() -> String {
+        "cubic".into()
+    }
+    fn default_direction() -> Direction {
+        Direction::Down
+    }
 }
 
 /// Default queue of a rate limit, milliseconds at the rate.
@@ -737,6 +772,13 @@ impl Topology {
         })
     }
 
+    /// Links that carry cross traffic, with its settings.
+    pub fn cross_links(&self) -> Vec<(usize, CrossTraffic)> {
+        (0..self.link_count())
+            .filter_map(|i| self.link(i).cross_traffic.map(|x| (i, x)))
+            .collect()
+    }
+
     /// Check every value; the error names the offending field.
     pub fn validate(&self) -> Result<(), LabError> {
         let bad = |msg: String| Err(LabError::Topology(msg));
@@ -862,6 +904,38 @@ impl Topology {
                     }
                 }
             }
+            if let Some(x) = &spec.cross_traffic {
+                self.validate_cross(&label, i, x)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Cross traffic needs a link between two hops (its extra hosts hang off them, so the
+    /// diagnosed client and server stay untouched), IPv4, and a kernel congestion control.
+    fn validate_cross(&self, label: &str, i: usize, x: &CrossTraffic) -> Result<(), LabError> {
+        let bad = |msg: String| Err(LabError::Topology(msg));
+        if i == 0 || i + 1 >= self.link_count() {
+            return bad(format!(
+                "{label}: cross_traffic needs a link between two hops (at least 2 [[hop]]s; not the client's or the server's own link)"
+            ));
+        }
+        if !self.family.has_v4() {
+            return bad(format!("{label}: cross_traffic needs IPv4"));
+        }
+        if x.flows == 0 || x.flows > CrossTraffic::MAX_FLOWS {
+            return bad(format!(
+                "{label}: cross_traffic flows {} out of range (1 .. {})",
+                x.flows,
+                CrossTraffic::MAX_FLOWS
+            ));
+        }
+        if !CrossTraffic::CCS.contains(&x.cc.as_str()) {
+            return bad(format!(
+                "{label}: cross_traffic cc {:?} is not one of {}",
+                x.cc,
+                CrossTraffic::CCS.join(", ")
+            ));
         }
         Ok(())
     }
@@ -1032,6 +1106,19 @@ impl Topology {
                 if !parts.is_empty() {
                     out.push(format!("{from} → {to}: {}", parts.join(", ")));
                 }
+            }
+            if let Some(x) = &spec.cross_traffic {
+                let (from, to) = match x.direction {
+                    Direction::Up => (format!("cross{i}a"), format!("cross{i}b")),
+                    Direction::Down => (format!("cross{i}b"), format!("cross{i}a")),
+                };
+                out.push(format!(
+                    "{}—{}: {} background bulk {} flow(s) {from} → {to} (iperf3) share the link",
+                    names[i],
+                    names[i + 1],
+                    x.flows,
+                    x.cc.to_uppercase()
+                ));
             }
         }
         out
