@@ -1230,6 +1230,38 @@ burst_loss = { every_packets = 100, burst_packets = 3 }
     }
 
     #[test]
+    fn cross_traffic_needs_a_link_between_hops_and_is_described_and_planned() {
+        let two_hops =
+            "[[hop]]\nkind = \"nat\"\n[[hop]]\n[[link]]\n[[link]]\nrate = \"50 Mbit/s\"\n";
+        let t =
+            Topology::from_toml(&format!("{two_hops}cross_traffic = {{ flows = 3 }}\n")).unwrap();
+        let x = t.link(1).cross_traffic.clone().unwrap();
+        assert_eq!(
+            (x.flows, x.cc.as_str(), x.direction),
+            (3, "cubic", Direction::Down)
+        );
+        let faults = t.describe_faults().join("\n");
+        assert!(
+            faults.contains("3 background bulk CUBIC flow(s) cross1b → cross1a"),
+            "{faults}"
+        );
+        let plan = crate::plan::plan(&t, "pdx-t");
+        let c = &plan.cross[0];
+        assert_eq!((c.near.hop.as_str(), c.far.hop.as_str()), ("hop1", "hop2"));
+        assert!(plan.namespaces().contains(&"pdx-t-cross1a".to_string()));
+        assert!(c.far_hop_route.is_none(), "hop1 masquerades the near end");
+        let err = |t: &str| Topology::from_toml(t).unwrap_err().to_string();
+        assert!(
+            err("[[hop]]\n[[link]]\ncross_traffic = { flows = 1 }\n").contains("between two hops")
+        );
+        assert!(err(&format!("{two_hops}cross_traffic = {{ flows = 0 }}\n")).contains("flows 0"));
+        assert!(err(&format!(
+            "{two_hops}cross_traffic = {{ flows = 1, cc = \"vegas\" }}\n"
+        ))
+        .contains("cc"));
+    }
+
+    #[test]
     fn policer_and_queue_parse_validate_and_describe() {
         let t = Topology::from_toml(
             "[[link]]\nrate = \"20 Mbit/s\"\nqueue_ms = 500.0\npolice = { rate = \"20 Mbit/s\", burst = \"64 KiB\" }\n[link.down]\nqueue_ms = 20\n",

@@ -147,11 +147,14 @@ impl Service for SpeedService {
         }
         let msg = crate::train::TrainMsg::decode(payload)?;
         let (arrived, len) = self.trains.note(session.id, msg, payload.len())?;
+        let t0 = std::time::Instant::now();
         for seq in 0..arrived {
+            // The send time lets the client tell the path's spreading from the sender's own.
             let reply = crate::train::TrainMsg {
                 train: msg.train,
                 seq,
                 count: arrived,
+                sent_ns: t0.elapsed().as_nanos() as u64,
             };
             let mut body = reply.encode();
             // Never more bytes than the requests brought (anti-amplification).

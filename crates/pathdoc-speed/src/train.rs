@@ -48,22 +48,25 @@ pub const TRAIN_GAP: Duration = Duration::from_millis(30);
 pub const PROBE_DEADLINE: Duration = Duration::from_secs(6);
 
 /// A train request's or reply's payload (after the pathdoc header): train id, sequence number,
-/// count (requests: the train's length; replies: how many the server sends), then padding.
+/// count (requests: the train's length; replies: how many the server sends), the server's send
+/// time of a reply in ns since the train's first (0 in requests), then padding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TrainMsg {
     pub train: u32,
     pub seq: u16,
     pub count: u16,
+    pub sent_ns: u64,
 }
 
 impl TrainMsg {
-    pub const LEN: usize = 8;
+    pub const LEN: usize = 16;
     /// The payload, padded so the whole datagram is [`DATAGRAM`] bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(DATAGRAM - UdpHeader::LEN);
         out.extend_from_slice(&self.train.to_be_bytes());
         out.extend_from_slice(&self.seq.to_be_bytes());
         out.extend_from_slice(&self.count.to_be_bytes());
+        out.extend_from_slice(&self.sent_ns.to_be_bytes());
         out.resize(DATAGRAM - UdpHeader::LEN, 0);
         out
     }
@@ -76,16 +79,19 @@ impl TrainMsg {
             train: u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]),
             seq: u16_at(4),
             count: u16_at(6),
+            sent_ns: u64::from_be_bytes(payload[8..16].try_into().ok()?),
         })
     }
 }
 
-/// One train as the client saw it: how many the server sent, and the kernel arrival times
-/// (ns, any epoch) of those that arrived.
+/// One train as the client saw it: how many the server sent, and for each packet that arrived
+/// its kernel arrival time (ns, any epoch) and the server's send time (ns since the train's
+/// first packet left).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TrainArrivals {
     pub sent: u16,
     pub arrivals_ns: Vec<u64>,
+    pub sent_ns: Vec<u64>,
 }
 
 /// The capacity estimate of one direction's bottleneck, at the IP layer.
@@ -108,15 +114,50 @@ pub fn datagram_ip_bytes(ipv6: bool) -> u32 {
     (DATAGRAM + 8 + if ipv6 { 40 } else { 20 }) as u32
 }
 
-/// The dispersion rate of one train: (arrived − 1) datagrams over the first-to-last spread.
+/// The path, not the sender, spaced two consecutive packets when they arrived at least this many
+/// times further apart than they were sent. The server sends a train 2–10 µs apart; a
+/// bottleneck of ≤ 100 Mbit/s spaces these datagrams ≥ 98 µs apart, while a delay element or
+/// interrupt batch that releases a backlog spaces them by its own per-packet cost, a few µs —
+/// measured on the lab's 100 Mbit/s path, a factor of 1.25 let such gaps in (trains read 190–220
+/// Mbit/s); 4 keeps them out and still measures up to ≈ 500 Mbit/s from a fast server.
+pub const PATH_SPREAD: f64 = 4.0;
+/// Gaps of a train the path must have spread for the train to count.
+pub const MIN_GAPS: usize = 15;
+
+/// The dispersion rate of one train: one datagram over the median of the gaps between
+/// consecutive arrivals that the path spread ([`PATH_SPREAD`]). Gaps the path did not spread
+/// are the sender's own pace — the first packets riding a token-bucket shaper's burst allowance
+/// through an idle link (the lab's tbf holds 4 ms of traffic: 20 of these datagrams at 50
+/// Mbit/s, 40 at 100), or a link faster than the server sends — and say nothing of the
+/// sustained capacity. The median keeps the rare long gap (the server descheduled mid-train,
+/// another flow's packet slipping in) and the rare short one (a late delay element catching up)
+/// from moving the estimate. `None` with fewer than [`MIN_ARRIVED`] packets or [`MIN_GAPS`]
+/// spread gaps.
 pub fn train_rate(t: &TrainArrivals, ip_bytes: u32) -> Option<f64> {
-    if t.arrivals_ns.len() < MIN_ARRIVED {
+    if t.arrivals_ns.len() < MIN_ARRIVED || t.sent_ns.len() != t.arrivals_ns.len() {
         return None;
     }
-    let first = *t.arrivals_ns.iter().min()?;
-    let last = *t.arrivals_ns.iter().max()?;
-    let spread = (last - first) as f64 / 1e9;
-    (spread > 0.0).then(|| (t.arrivals_ns.len() - 1) as f64 * f64::from(ip_bytes) * 8.0 / spread)
+    let mut order: Vec<(u64, u64)> = t
+        .arrivals_ns
+        .iter()
+        .copied()
+        .zip(t.sent_ns.iter().copied())
+        .collect();
+    order.sort_unstable();
+    let mut gaps: Vec<u64> = order
+        .windows(2)
+        .filter_map(|w| {
+            let arrived = w[1].0 - w[0].0;
+            let sent = w[1].1.abs_diff(w[0].1);
+            (arrived > 0 && arrived as f64 >= PATH_SPREAD * sent as f64).then_some(arrived)
+        })
+        .collect();
+    if gaps.len() < MIN_GAPS {
+        return None;
+    }
+    gaps.sort_unstable();
+    let median = gaps[gaps.len() / 2] as f64 / 1e9;
+    Some(f64::from(ip_bytes) * 8.0 / median)
 }
 
 /// The estimate from a probe's trains: the median counted train.
@@ -189,6 +230,7 @@ fn send_requests(socket: &UdpSocket, session: SessionId, train: u32) -> std::io:
             train,
             seq,
             count: PACKETS,
+            sent_ns: 0,
         };
         datagram.extend_from_slice(&msg.encode());
         socket.send(&datagram)?;
@@ -235,6 +277,7 @@ fn receive_train(
         t.sent = msg.count;
         if let Some(s) = stamp {
             t.arrivals_ns.push(s.as_nanos() as u64);
+            t.sent_ns.push(msg.sent_ns);
         }
     }
 }
@@ -280,6 +323,7 @@ mod tests {
             train: 7,
             seq: 63,
             count: 64,
+            sent_ns: 123_456,
         };
         let p = m.encode();
         assert_eq!(p.len() + UdpHeader::LEN, DATAGRAM);
@@ -291,9 +335,11 @@ mod tests {
     fn a_50_mbit_train_gives_50_mbit_and_short_trains_do_not_count() {
         let ip = datagram_ip_bytes(false);
         let gap_ns = (f64::from(ip) * 8.0 / 50e6 * 1e9) as u64;
+        // Sent 6.5 µs apart (≈ 1.5 Gbit/s), spread by a 50 Mbit/s bottleneck.
         let train = |n: u64| TrainArrivals {
             sent: 64,
             arrivals_ns: (0..n).map(|i| 1_000 + i * gap_ns).collect(),
+            sent_ns: (0..n).map(|i| i * 6_500).collect(),
         };
         let r = train_rate(&train(64), ip).unwrap();
         assert!((r / 50e6 - 1.0).abs() < 0.01, "{r}");
@@ -303,6 +349,35 @@ mod tests {
         assert_eq!((p.train_rates_bps.len(), p.trains_answered), (3, 4));
         let p = estimate(&[train(64), train(5)], 2, false);
         assert_eq!(p.capacity_ip_bps, None, "one counted train is no estimate");
+        // An idle tbf lets its first 20 through at once: the spread gaps still read 50 Mbit/s,
+        // and one long pause of the sender does not move it.
+        let mut burst = train(64);
+        for (i, a) in burst.arrivals_ns.iter_mut().enumerate() {
+            *a = 1_000 + (i as u64).saturating_sub(20) * gap_ns + i as u64 * 100;
+        }
+        for a in &mut burst.arrivals_ns[40..] {
+            *a += 5_000_000;
+        }
+        let r = train_rate(&burst, ip).unwrap();
+        assert!((r / 50e6 - 1.0).abs() < 0.05, "{r}");
+        assert_eq!(
+            train_rate(
+                &TrainArrivals {
+                    sent_ns: vec![0; 3],
+                    ..burst.clone()
+                },
+                ip
+            ),
+            None
+        );
+        // Arriving as fast as sent: the sender's rate, not the path's.
+        let mut unshaped = train(64);
+        unshaped.arrivals_ns = unshaped
+            .sent_ns
+            .iter()
+            .map(|s| 5_000 + s * 11 / 10)
+            .collect();
+        assert_eq!(train_rate(&unshaped, ip), None);
     }
 
     #[test]
@@ -313,6 +388,7 @@ mod tests {
             train: 0,
             seq,
             count: 4,
+            sent_ns: 0,
         };
         assert_eq!(c.note(s, msg(0), 1184), None);
         assert_eq!(c.note(s, msg(2), 8), None);
