@@ -70,7 +70,7 @@ pub fn shared_finding(d: &DirectionResult, b: &Basis, limit: &Limit) -> Option<F
         b.loss_share * 100.0,
     ))
     .requirement(format!(
-        "the path set the rate (no host, loss or policer limit), a standing queue, and a rate on the wire below {:.0} % of the capacity a packet-train probe measured (median of ≥ {} trains of {} × {} B; dispersion: capacity = (n − 1) × size / spread; Dovrolis et al., IEEE/ACM ToN 2004)",
+        "the path set the rate (no host, loss or policer limit), a standing queue, and a rate on the wire below {:.0} % of the capacity a packet-train probe measured (median of ≥ {} trains of {} × {} B, each one datagram over its median path-spread gap: capacity = size / gap; Dovrolis et al., IEEE/ACM ToN 2004)",
         SHARED_FRACTION * 100.0,
         crate::train::MIN_TRAINS,
         probe.packets_per_train,
