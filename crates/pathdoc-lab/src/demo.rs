@@ -500,10 +500,11 @@ fn show_shared(lab: &Lab, say: Say) -> Result<(), LabError> {
     rtt(lab, say)?;
     let got = rate(lab, say, "download (server → client)", true)?;
     say(format!(
-        "the line carries 50 Mbit/s; this transfer got {} ({:.0} %): about 1/{} of it, its fair share beside the others",
+        "the line carries 50 Mbit/s; this transfer got {} ({:.0} %) beside {flows} other flow(s), whose fair share each would be 1/{} ({:.0} %)",
         format_rate(got),
         got / 50e6 * 100.0,
-        flows + 1
+        flows + 1,
+        100.0 / f64::from(flows + 1)
     ));
     Ok(())
 }
