@@ -117,6 +117,12 @@ pub fn builtin_steps() -> Vec<DemoStep> {
             show: show_bloated,
         },
         DemoStep {
+            scenario: "shared-bottleneck",
+            title: "a busy line: this transfer gets its share, not the line's rate",
+            adjust: no_adjust,
+            show: show_shared,
+        },
+        DemoStep {
             scenario: "v6-ptb-blackhole",
             title: "IPv4 downloads fine; over IPv6 big packets vanish",
             adjust: no_adjust,
@@ -482,6 +488,24 @@ fn show_bloated(lab: &Lab, say: Say) -> Result<(), LabError> {
     rtt(lab, say)?;
     ping_under_load(lab, say, "upload", false)?;
     ping_under_load(lab, say, "download", true)?;
+    Ok(())
+}
+
+fn show_shared(lab: &Lab, say: Say) -> Result<(), LabError> {
+    let flows: u32 = lab.plan().cross.iter().map(|c| c.traffic.flows).sum();
+    say(format!(
+        "{flows} background bulk flow(s) between two other hosts keep the 50 Mbit/s line busy"
+    ));
+    // The idle RTT is 40 ms; the neighbours' standing queue already shows in a plain ping.
+    rtt(lab, say)?;
+    let got = rate(lab, say, "download (server → client)", true)?;
+    say(format!(
+        "the line carries 50 Mbit/s; this transfer got {} ({:.0} %) beside {flows} other flow(s), whose fair share each would be 1/{} ({:.0} %)",
+        format_rate(got),
+        got / 50e6 * 100.0,
+        flows + 1,
+        100.0 / f64::from(flows + 1)
+    ));
     Ok(())
 }
 

@@ -382,12 +382,22 @@ impl Lab {
         self.start_delay_lines(helper)?;
         // The client reaches the server before anything else starts.
         self.check_path()?;
+        self.start_cross_traffic()?;
         // CPU caps, then sshd (which must start inside its host's cgroup).
         self.make_cgroups()?;
         for host in self.topology.sshd_hosts() {
             self.start_sshd(&host)?;
         }
         tracing::info!(lab = %self.id(), elapsed_ms = t0.elapsed().as_millis() as u64, "lab up");
+        Ok(())
+    }
+
+    /// Cross traffic: its hosts wired to their hops, iperf3 running between them.
+    fn start_cross_traffic(&mut self) -> Result<(), LabError> {
+        for c in self.plan.cross.clone() {
+            crate::cross::wire(&self.plan, &c)?;
+            self.start_cross(&c)?;
+        }
         Ok(())
     }
 
@@ -758,6 +768,82 @@ impl Lab {
             self.save()?;
         }
         Ok(())
+    }
+
+    /// Start link `c`'s cross flows: the iperf3 server on its far end, then (once it listens) the
+    /// client on its near end; both are the lab's daemons, stopped with it.
+    fn start_cross(&mut self, c: &crate::plan::CrossPlan) -> Result<(), LabError> {
+        preflight::require_tools(&["iperf3"])?;
+        let server = crate::cross::server_args(c);
+        self.spawn_daemon(
+            &c.far.netns,
+            "iperf3",
+            &server,
+            &format!("{}-iperf3", c.far.name),
+        )?;
+        crate::cross::wait_listening(c)?;
+        let client = crate::cross::client_args(c);
+        let log = self.spawn_daemon(
+            &c.near.netns,
+            "iperf3",
+            &client,
+            &format!("{}-iperf3", c.near.name),
+        )?;
+        // The client exits at once when it cannot connect or set the congestion control.
+        std::thread::sleep(Duration::from_millis(300));
+        if let Some(child) = self.daemons.last_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                return Err(LabError::Topology(format!(
+                    "cross traffic on link {}: iperf3 client exited ({status}): {}",
+                    c.link,
+                    text.trim()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Start `program` in namespace `ns` as a daemon of the lab (its own process group, output in
+    /// the lab's log `log_name`, recorded for `lab down`); returns the log's path.
+    fn spawn_daemon(
+        &mut self,
+        ns: &str,
+        program: &str,
+        args: &[String],
+        log_name: &str,
+    ) -> Result<PathBuf, LabError> {
+        let log = state::log_path(&self.id(), log_name);
+        let log_file = std::fs::File::create(&log)
+            .map_err(|e| LabError::io(format!("creating {}", log.display()), e))?;
+        let log_err = log_file
+            .try_clone()
+            .map_err(|e| LabError::io("duplicating log handle", e))?;
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns, program])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log_file)
+            .stderr(log_err);
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let line = exec::display(&cmd);
+        let child = cmd.spawn().map_err(|source| LabError::Spawn {
+            command: line.clone(),
+            source,
+        })?;
+        let pid = child.id();
+        self.daemons.push(child);
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .processes
+            .push(ProcessState {
+                pid,
+                netns: ns.to_string(),
+                what: line,
+            });
+        self.save()?;
+        Ok(log)
     }
 
     fn start_sshd(&mut self, host: &str) -> Result<(), LabError> {

@@ -15,10 +15,11 @@
 //! [`preflight`] (root, tools, kernel), [`exec`] (commands with deadlines), [`traffic`]
 //! (measurements used by the demo and tests), [`demo`] (the `pathdoc lab demo` steps),
 //! [`delay_line`] (the userspace delay/jitter element on delayed links, also a host's fixed-size
-//! NIC segmentation), [`icmp_count`] (ICMP frag-needed arriving at a host), [`sshd`] (OpenSSH with
+//! NIC segmentation), [`cross`] (background flows sharing a link), [`icmp_count`] (ICMP frag-needed arriving at a host), [`sshd`] (OpenSSH with
 //! per-lab keys on hosts with `sshd = true`).
 
 pub mod capture;
+pub mod cross;
 pub mod delay_line;
 pub mod demo;
 pub mod error;

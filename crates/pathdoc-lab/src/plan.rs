@@ -18,7 +18,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::Serialize;
 
-use crate::topology::{Direction, DirectionSettings, Family, HopKind, Topology};
+use crate::topology::{CrossTraffic, Direction, DirectionSettings, Family, HopKind, Topology};
 
 /// One interface of a host.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -115,12 +115,49 @@ pub struct LinkPlan {
 pub const ELEMENT_IFACE_A: &str = "dla";
 pub const ELEMENT_IFACE_B: &str = "dlb";
 
+/// One end of a link's cross traffic: an extra host hung off a hop by its own veth pair.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CrossEnd {
+    /// `cross<i>a` (client side) or `cross<i>b` (server side).
+    pub name: String,
+    pub netns: String,
+    pub addr: Ipv4Addr,
+    /// The hop it hangs off, that hop's interface towards it and address there.
+    pub hop: String,
+    pub hop_iface: String,
+    pub hop_addr: Ipv4Addr,
+}
+
+/// Background flows across link `link` between two extra hosts: `near` hangs off the link's
+/// client-side hop, `far` off its server-side hop. The iperf3 server runs on `far`, the client
+/// (which opens the connections, so a NAT hop lets them through) on `near`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CrossPlan {
+    pub link: usize,
+    pub traffic: CrossTraffic,
+    pub near: CrossEnd,
+    pub far: CrossEnd,
+    /// Route the server-side hop needs back to `near`'s subnet (through the client-side hop),
+    /// `None` when that hop masquerades it.
+    pub far_hop_route: Option<RoutePlan>,
+}
+
+/// Subnets of link `i`'s cross hosts: 10.201.i.0/24 (client side), 10.202.i.0/24 (server side);
+/// the hop is .1, the cross host .2.
+pub fn cross_subnet(i: usize, far: bool) -> (Ipv4Addr, Ipv4Addr) {
+    let b = if far { 202 } else { 201 };
+    let n = i as u8;
+    (Ipv4Addr::new(10, b, n, 1), Ipv4Addr::new(10, b, n, 2))
+}
+
 /// The complete plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Plan {
     pub family: Family,
     pub hosts: Vec<HostPlan>,
     pub links: Vec<LinkPlan>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cross: Vec<CrossPlan>,
 }
 
 impl Plan {
@@ -131,7 +168,18 @@ impl Plan {
     pub fn namespaces(&self) -> Vec<String> {
         let mut v: Vec<String> = self.hosts.iter().map(|h| h.netns.clone()).collect();
         v.extend(self.links.iter().filter_map(|l| l.element_netns.clone()));
+        for c in &self.cross {
+            v.push(c.near.netns.clone());
+            v.push(c.far.netns.clone());
+        }
         v
+    }
+    /// A cross-traffic host by name (`cross<i>a`, `cross<i>b`).
+    pub fn cross_end(&self, name: &str) -> Option<&CrossEnd> {
+        self.cross
+            .iter()
+            .flat_map(|c| [&c.near, &c.far])
+            .find(|e| e.name == name)
     }
 }
 
@@ -266,10 +314,51 @@ pub fn plan(topology: &Topology, lab_id: &str) -> Plan {
             routes,
         });
     }
+    let cross = topology
+        .cross_links()
+        .into_iter()
+        .map(|(i, traffic)| cross_plan(i, traffic, &hosts, lab_id))
+        .collect();
     Plan {
         family: topology.family,
         hosts,
         links,
+        cross,
+    }
+}
+
+/// The cross hosts of link `i` (between hosts `i` and `i+1`, both hops: validated).
+fn cross_plan(i: usize, traffic: CrossTraffic, hosts: &[HostPlan], lab_id: &str) -> CrossPlan {
+    let end = |far: bool| {
+        let (hop_addr, addr) = cross_subnet(i, far);
+        let name = format!("cross{i}{}", if far { 'b' } else { 'a' });
+        CrossEnd {
+            netns: format!("{lab_id}-{name}"),
+            name,
+            addr,
+            hop: hosts[if far { i + 1 } else { i }].name.clone(),
+            hop_iface: format!("x{i}"),
+            hop_addr,
+        }
+    };
+    let near_hop = &hosts[i];
+    let far_hop_route = (!near_hop.is_nat).then(|| RoutePlan {
+        dest: format!("10.201.{i}.0/24"),
+        via: IpAddr::V4(
+            near_hop
+                .iface("wan0")
+                .map(|w| w.addr)
+                .unwrap_or(Ipv4Addr::UNSPECIFIED),
+        ),
+        dev: "lan0".into(),
+        mtu: None,
+    });
+    CrossPlan {
+        link: i,
+        traffic,
+        near: end(false),
+        far: end(true),
+        far_hop_route,
     }
 }
 

@@ -208,6 +208,23 @@ queue_ms = 500
 "#,
     },
     ScenarioInfo {
+        name: "shared-bottleneck",
+        summary: "home NAT, 40 ms RTT, a 50 Mbit/s access line that two neighbours' bulk downloads (CUBIC) keep busy",
+        seed: "\"my line is 100 Mbit/s but the test says 30\": a transfer that shares its bottleneck gets its fair share, not the line's rate",
+        toml: r#"
+description = "home NAT, 40 ms RTT, 50 Mbit/s access line between the home router and the ISP's router, shared with 2 background CUBIC downloads between two other hosts"
+[[hop]]
+kind = "nat"
+[[hop]]
+[[link]]
+[[link]]
+rate = "50 Mbit/s"
+delay_ms = 20.0
+cross_traffic = { flows = 2, cc = "cubic", direction = "down" }
+[[link]]
+"#,
+    },
+    ScenarioInfo {
         name: "v6-ptb-blackhole",
         summary: "dual stack: a 1480-byte IPv6 tunnel link, the server's firewall drops ICMPv6 Packet Too Big; IPv4 is healthy",
         seed: "\"pages hang and ssh freezes after login — only over IPv6\": 6in4/6rd tunnels at 1480 B behind a firewall that filters ICMPv6 type 2",
@@ -273,7 +290,7 @@ mod tests {
             assert_eq!(t.name.as_deref(), Some(s.name));
             assert!(t.description.is_some(), "{}", s.name);
         }
-        assert_eq!(names().len(), 14);
+        assert_eq!(names().len(), 15);
     }
 
     #[test]
@@ -306,6 +323,15 @@ mod tests {
             let d = t.link(1).direction(dir);
             assert_eq!(d.police.map(|p| p.rate.bits_per_second), Some(20_000_000));
         }
+        let t = topology("shared-bottleneck").unwrap();
+        let x = t
+            .link(1)
+            .cross_traffic
+            .expect("cross traffic on the access line");
+        assert_eq!(
+            (x.flows, x.cc.as_str(), x.direction),
+            (2, "cubic", Direction::Down)
+        );
         let t = topology("bloated-uplink").unwrap();
         assert_eq!(t.link(1).direction(Direction::Up).queue_ms, 500.0);
         assert_eq!(t.link(1).direction(Direction::Down).queue_ms, 20.0);

@@ -27,6 +27,10 @@
 //! police = { rate = "20 Mbit/s", burst = "64 KiB" }   # drop (not queue) beyond the rate
 //! ```
 //!
+//! A link between two hops may carry background traffic from two extra hosts, one hung off each
+//! of its hops (`cross<i>a` on the client side, `cross<i>b` on the server side):
+//! `cross_traffic = { flows = 2, cc = "cubic", direction = "down" }` (top level of a `[[link]]`).
+//!
 //! `[[link]]` tables apply in order to link 0, 1, …; links not listed are clean.
 
 use std::collections::BTreeMap;
@@ -373,6 +377,9 @@ pub struct LinkSpec {
     /// A token-bucket policer that drops what exceeds its rate (no queue).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub police: Option<Police>,
+    /// Background bulk flows across this link between two extra hosts (not the client/server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_traffic: Option<CrossTraffic>,
     #[serde(default)]
     pub up: DirectionSpec,
     #[serde(default)]
@@ -411,6 +418,34 @@ pub struct DirectionSpec {
 pub struct Police {
     pub rate: Rate,
     pub burst: Size,
+}
+
+/// Background bulk TCP flows (iperf3, `flows` parallel streams) between two extra hosts hung off
+/// the two hops at the ends of a link, so they share its queues with the diagnosed transfer while
+/// pathdoc cannot see them except through their effect: the other people on a busy line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CrossTraffic {
+    pub flows: u32,
+    /// Congestion control of the cross flows' sender.
+    #[serde(default = "CrossTraffic::default_cc")]
+    pub cc: String,
+    /// Which way the cross flows' data goes (`down`: towards the client side).
+    #[serde(default = "CrossTraffic::default_direction")]
+    pub direction: Direction,
+}
+
+impl CrossTraffic {
+    /// Most parallel cross flows a link takes.
+    pub const MAX_FLOWS: u32 = 16;
+    /// Congestion controls the lab's kernel offers the cross flows.
+    pub const CCS: &'static [&'static str] = &["cubic", "bbr", "reno"];
+    fn default_cc() -> String {
+        "cubic".into()
+    }
+    fn default_direction() -> Direction {
+        Direction::Down
+    }
 }
 
 /// Default queue of a rate limit, milliseconds at the rate.
@@ -737,6 +772,13 @@ impl Topology {
         })
     }
 
+    /// Links that carry cross traffic, with its settings.
+    pub fn cross_links(&self) -> Vec<(usize, CrossTraffic)> {
+        (0..self.link_count())
+            .filter_map(|i| self.link(i).cross_traffic.map(|x| (i, x)))
+            .collect()
+    }
+
     /// Check every value; the error names the offending field.
     pub fn validate(&self) -> Result<(), LabError> {
         let bad = |msg: String| Err(LabError::Topology(msg));
@@ -862,6 +904,38 @@ impl Topology {
                     }
                 }
             }
+            if let Some(x) = &spec.cross_traffic {
+                self.validate_cross(&label, i, x)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Cross traffic needs a link between two hops (its extra hosts hang off them, so the
+    /// diagnosed client and server stay untouched), IPv4, and a kernel congestion control.
+    fn validate_cross(&self, label: &str, i: usize, x: &CrossTraffic) -> Result<(), LabError> {
+        let bad = |msg: String| Err(LabError::Topology(msg));
+        if i == 0 || i + 1 >= self.link_count() {
+            return bad(format!(
+                "{label}: cross_traffic needs a link between two hops (at least 2 [[hop]]s; not the client's or the server's own link)"
+            ));
+        }
+        if !self.family.has_v4() {
+            return bad(format!("{label}: cross_traffic needs IPv4"));
+        }
+        if x.flows == 0 || x.flows > CrossTraffic::MAX_FLOWS {
+            return bad(format!(
+                "{label}: cross_traffic flows {} out of range (1 .. {})",
+                x.flows,
+                CrossTraffic::MAX_FLOWS
+            ));
+        }
+        if !CrossTraffic::CCS.contains(&x.cc.as_str()) {
+            return bad(format!(
+                "{label}: cross_traffic cc {:?} is not one of {}",
+                x.cc,
+                CrossTraffic::CCS.join(", ")
+            ));
         }
         Ok(())
     }
@@ -1033,6 +1107,19 @@ impl Topology {
                     out.push(format!("{from} → {to}: {}", parts.join(", ")));
                 }
             }
+            if let Some(x) = &spec.cross_traffic {
+                let (from, to) = match x.direction {
+                    Direction::Up => (format!("cross{i}a"), format!("cross{i}b")),
+                    Direction::Down => (format!("cross{i}b"), format!("cross{i}a")),
+                };
+                out.push(format!(
+                    "{}—{}: {} background bulk {} flow(s) {from} → {to} (iperf3) share the link",
+                    names[i],
+                    names[i + 1],
+                    x.flows,
+                    x.cc.to_uppercase()
+                ));
+            }
         }
         out
     }
@@ -1140,6 +1227,38 @@ burst_loss = { every_packets = 100, burst_packets = 3 }
         assert!(t.describe_faults().iter().any(|f| f.contains("20 %")));
         assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t);
         assert!(!Topology::from_toml("").unwrap().to_toml().contains("sshd"));
+    }
+
+    #[test]
+    fn cross_traffic_needs_a_link_between_hops_and_is_described_and_planned() {
+        let two_hops =
+            "[[hop]]\nkind = \"nat\"\n[[hop]]\n[[link]]\n[[link]]\nrate = \"50 Mbit/s\"\n";
+        let t =
+            Topology::from_toml(&format!("{two_hops}cross_traffic = {{ flows = 3 }}\n")).unwrap();
+        let x = t.link(1).cross_traffic.clone().unwrap();
+        assert_eq!(
+            (x.flows, x.cc.as_str(), x.direction),
+            (3, "cubic", Direction::Down)
+        );
+        let faults = t.describe_faults().join("\n");
+        assert!(
+            faults.contains("3 background bulk CUBIC flow(s) cross1b → cross1a"),
+            "{faults}"
+        );
+        let plan = crate::plan::plan(&t, "pdx-t");
+        let c = &plan.cross[0];
+        assert_eq!((c.near.hop.as_str(), c.far.hop.as_str()), ("hop1", "hop2"));
+        assert!(plan.namespaces().contains(&"pdx-t-cross1a".to_string()));
+        assert!(c.far_hop_route.is_none(), "hop1 masquerades the near end");
+        let err = |t: &str| Topology::from_toml(t).unwrap_err().to_string();
+        assert!(
+            err("[[hop]]\n[[link]]\ncross_traffic = { flows = 1 }\n").contains("between two hops")
+        );
+        assert!(err(&format!("{two_hops}cross_traffic = {{ flows = 0 }}\n")).contains("flows 0"));
+        assert!(err(&format!(
+            "{two_hops}cross_traffic = {{ flows = 1, cc = \"vegas\" }}\n"
+        ))
+        .contains("cc"));
     }
 
     #[test]

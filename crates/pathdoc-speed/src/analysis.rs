@@ -223,6 +223,10 @@ pub struct DirectionResult {
     /// Whether client and server ran on one host (same kernel), `None` when the server did not say.
     #[serde(default)]
     pub same_host: Option<bool>,
+    /// The bottleneck's capacity from a packet-train probe before the test ([`crate::train`]),
+    /// when one ran (download only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<crate::train::CapacityProbe>,
 }
 
 impl DirectionResult {
@@ -591,14 +595,16 @@ pub fn diagnose_direction(d: &DirectionResult) -> Vec<Finding> {
         findings.push(verdicts::no_data_finding(d));
         return findings;
     }
-    findings.push(match limit(d, &b) {
-        Limit::Cpu(cause) => verdicts::cpu_finding(d, &b, cause),
+    let lim = limit(d, &b);
+    findings.push(match &lim {
+        Limit::Cpu(cause) => verdicts::cpu_finding(d, &b, *cause),
         Limit::ReceiveWindow => verdicts::rwnd_finding(d, &b),
         Limit::SendBuffer => verdicts::sndbuf_finding(d, &b),
-        Limit::Loss { model_bps } => verdicts::loss_finding(d, &b, model_bps),
-        Limit::Policer(p) => crate::policer::policer_finding(d, &b, &p),
+        Limit::Loss { model_bps } => verdicts::loss_finding(d, &b, *model_bps),
+        Limit::Policer(p) => crate::policer::policer_finding(d, &b, p),
         Limit::Path => verdicts::path_finding(d, &b),
     });
+    findings.extend(crate::shared::shared_finding(d, &b, &lim));
     findings.extend(crate::latency::latency_finding(d, &b));
     findings
 }
@@ -682,6 +688,7 @@ pub(crate) mod tests {
                 ..HostCpuUse::default()
             }),
             same_host: Some(false),
+            capacity: None,
         }
         .with_phases()
     }

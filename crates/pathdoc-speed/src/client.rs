@@ -224,6 +224,17 @@ pub async fn run_test(
                 duration.as_secs_f64()
             ));
         }
+        // Before any stream runs, so the probe sees the bottleneck with only others' traffic.
+        // Download tests only (`pathdoc check` runs one after the upload): a bidirectional test
+        // has its own upload in the queue, and the probe would delay its start.
+        let capacity = if opts.mode == Mode::Download {
+            let session = welcome.session;
+            tokio::task::spawn_blocking(move || crate::train::probe_download(server, session))
+                .await
+                .ok()
+        } else {
+            None
+        };
         let mut data = Vec::new();
         for tag in stream_tags(opts) {
             data.push((
@@ -231,9 +242,9 @@ pub async fn run_test(
                 open_data(server, token.clone(), welcome.session, tag, opts).await?,
             ));
         }
-        Ok((rd, wr, spec, duration, server_host, data, welcome))
+        Ok((rd, wr, spec, duration, server_host, data, welcome, capacity))
     };
-    let (rd, mut wr, spec, duration, server_host, data, welcome) = tokio::select! {
+    let (rd, mut wr, spec, duration, server_host, data, welcome, capacity) = tokio::select! {
         r = setup => r?,
         _ = cancel.cancelled() => return Ok(interrupted(HostTcpSettings::default())),
     };
@@ -268,7 +279,7 @@ pub async fn run_test(
         Err(e) => return Err(e),
     };
     // Phase 3: turn both ends' samples into per-direction results.
-    let directions = build_directions(
+    let mut directions = build_directions(
         opts,
         &client_samples,
         &server_samples,
@@ -276,6 +287,11 @@ pub async fn run_test(
         &server_host,
         server.is_ipv6(),
     );
+    for d in &mut directions {
+        if d.direction == Direction::Download {
+            d.capacity = capacity.clone();
+        }
+    }
     Ok(SpeedRun {
         mode: opts.mode,
         congestion_control: opts.cc.clone(),
@@ -860,6 +876,7 @@ fn direction_result(
         sender_host_cpu: None,
         receiver_host_cpu: None,
         same_host: None,
+        capacity: None,
     }
     .with_phases();
     // Host CPU over the part the verdicts are judged on.

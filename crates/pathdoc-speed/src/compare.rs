@@ -59,13 +59,19 @@ pub fn diagnose_asymmetry(upload: &DirectionResult, download: &DirectionResult) 
     if ratio >= ASYMMETRY_RATIO {
         return loss_asymmetry(upload, download);
     }
-    let slow_verdict = diagnose_direction(slow).into_iter().nth(1);
+    let slow_findings = diagnose_direction(slow);
+    // Other traffic on the slower direction's bottleneck explains it too: not a one-way fault.
+    let shared = slow_findings
+        .iter()
+        .find(|f| f.id == "shared-bottleneck")
+        .cloned();
+    let slow_verdict = shared.or_else(|| slow_findings.into_iter().nth(1));
     // A host setting (window, buffer, CPU) already explains the slow direction: the asymmetry is
     // a consequence, not a separate path fault, so it is reported without raising an alarm.
     let explained_by_host = slow_verdict.as_ref().is_some_and(|f| {
         matches!(
             f.id.as_str(),
-            "receive-window-limited" | "send-buffer-limited" | "cpu-limited"
+            "receive-window-limited" | "send-buffer-limited" | "cpu-limited" | "shared-bottleneck"
         )
     });
     let fault = !explained_by_host && one_way_loss(slow, fast, LOSS_THRESHOLD);

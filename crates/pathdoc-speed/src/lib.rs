@@ -21,8 +21,10 @@ pub mod model;
 pub mod phases;
 pub mod policer;
 pub mod service;
+pub mod shared;
 pub mod spec;
 pub mod stream;
+pub mod train;
 pub mod verdicts;
 
 pub use analysis::{diagnose_asymmetry, diagnose_direction, DirectionResult, CHECK};
@@ -69,6 +71,10 @@ pub const FINDING_IDS: &[FindingId] = &[
     FindingId {
         id: "policer-limited",
         meaning: "≥ 1 % of sent bytes lost on the path with no queueing delay at a flat goodput plateau that the loss model cannot explain (or with the loss concentrated where the sender exceeded the plateau): a token-bucket policer; WARN with the policed rate, a burst lower bound, pacing (fq maxrate) on the sender and the enforced-vs-paid rate for the ISP",
+    },
+    FindingId {
+        id: "shared-bottleneck",
+        meaning: "the path set the rate while a queue stood, and the rate on the wire was below 60 % of the bottleneck capacity a packet-train probe measured before the test (download): the link was busy with other traffic; WARN with the capacity, this transfer's share, the implied number of flows, and \"test again when quiet\" (client) / find the other traffic (router)",
     },
     FindingId {
         id: "latency-under-load",
@@ -161,6 +167,7 @@ mod tests {
                 })
             },
             |d| each(d, |_, i| i.sndbuf_limited_us = 900_000),
+            |d| crate::shared::tests::share_a_busy_link(d),
             |d| {
                 d.goodput_bps = 4e6;
                 each(d, |_, i| {

@@ -31,11 +31,14 @@ const GRACE: Duration = Duration::from_secs(3);
 
 /// The speed check's server side.
 #[derive(Debug, Default)]
-pub struct SpeedService;
+pub struct SpeedService {
+    /// Requests of each capacity-probe train so far ([`crate::train`]).
+    trains: crate::train::TrainCounter,
+}
 
 impl SpeedService {
     pub fn new() -> Self {
-        SpeedService
+        SpeedService::default()
     }
 }
 
@@ -128,6 +131,43 @@ pub(crate) fn side_sample(streams: &[RunningStream], t0: Instant, cpu0: f64) -> 
 impl Service for SpeedService {
     fn check(&self) -> CheckKind {
         CheckKind::Speed
+    }
+
+    /// A capacity-probe train: on its last request, as many replies of the same size as
+    /// requests arrived, back to back (their spread at the client measures the bottleneck).
+    async fn udp(
+        &self,
+        session: Arc<Session>,
+        kind: u16,
+        payload: &[u8],
+        from: std::net::SocketAddr,
+    ) -> Option<Vec<u8>> {
+        if kind != crate::train::REQUEST {
+            return None;
+        }
+        let msg = crate::train::TrainMsg::decode(payload)?;
+        let (arrived, len) = self.trains.note(session.id, msg, payload.len())?;
+        let t0 = std::time::Instant::now();
+        for seq in 0..arrived {
+            // The send time lets the client tell the path's spreading from the sender's own.
+            let reply = crate::train::TrainMsg {
+                train: msg.train,
+                seq,
+                count: arrived,
+                sent_ns: t0.elapsed().as_nanos() as u64,
+            };
+            let mut body = reply.encode();
+            // Never more bytes than the requests brought (anti-amplification).
+            body.truncate(len);
+            if session
+                .send_udp(from, crate::train::REPLY, &body)
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        None
     }
 
     async fn control(

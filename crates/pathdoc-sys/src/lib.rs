@@ -8,6 +8,7 @@ pub mod netns;
 pub mod nic;
 pub mod pmtu;
 pub mod process;
+pub mod rx_time;
 pub mod saved_syn;
 pub mod sendq;
 pub mod sock_diag;

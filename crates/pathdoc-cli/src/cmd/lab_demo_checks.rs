@@ -42,7 +42,7 @@ pub fn check_args(scenario: &str) -> Option<&'static [&'static str]> {
             "--throughput-compare-cc",
         ],
         "window-limited" => &["--throughput", "--throughput-time", "4s"],
-        "policed-line" | "bloated-uplink" => &[
+        "policed-line" | "bloated-uplink" | "shared-bottleneck" => &[
             "--throughput",
             "--throughput-time",
             "4s",

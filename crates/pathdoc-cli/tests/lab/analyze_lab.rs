@@ -323,6 +323,10 @@ fn record(lab: &Lab, scenario: &str, dir: &Scratch) -> Vec<PathBuf> {
         "bloated-uplink" => {
             traffic::iperf3(lab, "client", "server", 2, false, &["-C", "cubic"]).unwrap();
         }
+        // A download beside the background flows (theirs are not captured: other hosts).
+        "shared-bottleneck" => {
+            traffic::iperf3(lab, "client", "server", 2, true, &["-C", "cubic"]).unwrap();
+        }
         // IPv6 captures: a download that stalls at the 1480-byte link (its retransmissions) and
         // a small one that passes.
         "v6-ptb-blackhole" => {

@@ -219,6 +219,7 @@ fn cli_list_and_bad_input() {
             "ssh-cpu-limited",
             "policed-line",
             "bloated-uplink",
+            "shared-bottleneck",
             "v6-ptb-blackhole",
             "v6-firewall-idle"
         ]

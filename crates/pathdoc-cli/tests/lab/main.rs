@@ -33,6 +33,7 @@ mod nic_lab;
 mod police_lab;
 mod report_html;
 mod server_fairness_v6;
+mod shared_lab;
 mod speed_lab;
 mod ssh_lab;
 mod systemd_units;

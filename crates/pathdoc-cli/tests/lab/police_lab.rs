@@ -78,7 +78,8 @@ fn policed_line_is_policer_limited_with_cubic_and_bbr() {
                 assert!(cmds.contains("fq maxrate"), "{f:#}");
             }
             assert!(
-                with_id(&report, "loss-limited").is_empty(),
+                with_id(&report, "loss-limited").is_empty()
+                    && with_id(&report, "shared-bottleneck").is_empty(),
                 "{cc} run {run}: {:?}",
                 ids(&report)
             );
@@ -135,6 +136,12 @@ fn lossy_jittery_and_clean_paths_get_no_policer_verdict() {
                 "{name} {cc}: false policer verdict: {:?}\n{}",
                 ids(&report),
                 report["findings"]
+            );
+            // Nobody else is on these links: a rate below the capacity is loss, not sharing.
+            assert!(
+                with_id(&report, "shared-bottleneck").is_empty(),
+                "{name} {cc}: false shared-bottleneck verdict: {:?}",
+                ids(&report)
             );
             for f in with_id(&report, "latency-under-load") {
                 assert_eq!(f["status"], "info", "{name} {cc}: {}", f["title"]);
