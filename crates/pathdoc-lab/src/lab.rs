@@ -814,21 +814,31 @@ impl Lab {
         log_name: &str,
     ) -> Result<PathBuf, LabError> {
         let log = state::log_path(&self.id(), log_name);
-        let log_file = std::fs::File::create(&log)
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns, program]).args(args);
+        let what = exec::display(&cmd);
+        self.spawn_recorded(cmd, ns, what, &log)?;
+        Ok(log)
+    }
+
+    /// Spawn `cmd` in its own process group with stdout and stderr in `log`, and record it (as
+    /// `what`, in namespace `ns`) in the state file so `lab down` stops it even after a crash.
+    fn spawn_recorded(
+        &mut self,
+        mut cmd: Command,
+        ns: &str,
+        what: String,
+        log: &std::path::Path,
+    ) -> Result<(), LabError> {
+        let log_file = std::fs::File::create(log)
             .map_err(|e| LabError::io(format!("creating {}", log.display()), e))?;
         let log_err = log_file
             .try_clone()
             .map_err(|e| LabError::io("duplicating log handle", e))?;
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", ns, program])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log_file)
-            .stderr(log_err);
+        cmd.stdin(Stdio::null()).stdout(log_file).stderr(log_err);
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        let line = exec::display(&cmd);
         let child = cmd.spawn().map_err(|source| LabError::Spawn {
-            command: line.clone(),
+            command: exec::display(&cmd),
             source,
         })?;
         let pid = child.id();
@@ -840,10 +850,9 @@ impl Lab {
             .push(ProcessState {
                 pid,
                 netns: ns.to_string(),
-                what: line,
+                what,
             });
-        self.save()?;
-        Ok(log)
+        self.save()
     }
 
     fn start_sshd(&mut self, host: &str) -> Result<(), LabError> {
@@ -861,39 +870,20 @@ impl Lab {
         let files = crate::sshd::prepare(&dir, host, addr)?;
         crate::sshd::test_config(&sshd, &files)?;
         let log = state::log_path(&self.id(), &format!("sshd-{host}"));
-        let log_file = std::fs::File::create(&log)
-            .map_err(|e| LabError::io(format!("creating {}", log.display()), e))?;
-        let log_err = log_file
-            .try_clone()
-            .map_err(|e| LabError::io("duplicating log handle", e))?;
         // Not `ip netns exec`: that also gives the process a private /sys without the cgroup
         // mounts, and the far end's pathdoc must see its cgroup (CPU cap) like on a real host.
         let mut cmd = self.command_netns_only(host, &sshd)?;
-        cmd.args(crate::sshd::sshd_args(&files))
-            .stdin(Stdio::null())
-            .stdout(log_file)
-            .stderr(log_err);
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        let line = exec::display(&cmd);
-        let child = cmd.spawn().map_err(|source| LabError::Spawn {
-            command: line.clone(),
-            source,
-        })?;
-        let pid = child.id();
-        self.daemons.push(child);
-        {
-            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            st.processes.push(ProcessState {
-                pid,
-                netns: self
-                    .plan
-                    .host(host)
-                    .map(|h| h.netns.clone())
-                    .unwrap_or_default(),
-                what: format!("sshd on {host}"),
-            });
-            st.ssh_config = Some(files.client_config.clone());
-        }
+        cmd.args(crate::sshd::sshd_args(&files));
+        let ns = self
+            .plan
+            .host(host)
+            .map(|h| h.netns.clone())
+            .unwrap_or_default();
+        self.spawn_recorded(cmd, &ns, format!("sshd on {host}"), &log)?;
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .ssh_config = Some(files.client_config.clone());
         self.save()?;
         self.wait_for_sshd(host, addr, &log)
     }
