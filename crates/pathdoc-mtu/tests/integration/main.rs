@@ -1,0 +1,4 @@
+//! pathdoc-mtu's integration tests as one binary, each file a module (ARCHITECTURE.md, "Tests"):
+//! a real in-process `pathdoc server` with the MTU service, spoken to over loopback.
+
+mod up_probe_ids;
