@@ -7,31 +7,11 @@ use std::time::Duration;
 
 use pathdoc_mtu::wire::{ProbeFields, Reply, Request, KIND_UP_PROBE};
 use pathdoc_proto::{Channel, CheckKind, FramedConn, UdpHeader, Welcome};
-use pathdoc_server::{Server, ServerConfig};
+
+use crate::support::{ask, mtu_server};
 
 /// The bound the server documents.
 const MAX_UP_IDS: usize = 8192;
-
-async fn mtu_server() -> SocketAddr {
-    let bound = Server::new(ServerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        ..ServerConfig::default()
-    })
-    .with_service(pathdoc_mtu::MtuService::new())
-    .bind()
-    .await
-    .unwrap();
-    let addr = bound.local_addr();
-    tokio::spawn(bound.run(std::future::pending(), Duration::from_millis(100)));
-    addr
-}
-
-async fn ask(conn: &mut FramedConn, req: &Request) -> Reply {
-    conn.send(req).await.unwrap();
-    conn.recv_timeout::<Reply>(Duration::from_secs(10), "mtu reply")
-        .await
-        .unwrap()
-}
 
 /// Send up-probes of `round` with ids `ids` from `udp`, paced so loopback's socket buffers keep
 /// up (a drop only lowers the count the test needs to exceed the bound by).
