@@ -17,7 +17,7 @@ use crate::fair::Over;
 use crate::limits::{AdmitError, ClientKey, ConnectionPermit, Limits};
 use crate::session::{EndReason, SessionError};
 use crate::stats::Accounting;
-use crate::{ServiceError, Shared, SEND_TIMEOUT};
+use crate::{ServiceError, Shared};
 
 pub(crate) fn bind_tcp(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     let socket = socket2::Socket::new(
@@ -162,7 +162,7 @@ pub(crate) async fn handle(
     };
     // Past a valid Hello (and token): the connection leaves the small handshake pool.
     permit.handshake_done();
-    conn.set_send_timeout(Some(SEND_TIMEOUT));
+    conn.set_send_timeout(Some(shared.config.limits.send_timeout));
     match hello.channel {
         // A client's preflight: reachable, same version, right token. No session, no task.
         Channel::Ping => {

@@ -35,6 +35,10 @@ pub struct Limits {
     pub session_linger: Duration,
     /// Deadline for the preamble and Hello of a new connection.
     pub handshake_timeout: Duration,
+    /// How long a client may leave a control frame the server sends untaken (its receive window
+    /// shut) before the server drops the connection: what a client that never reads can hold.
+    /// [`crate::SEND_TIMEOUT`]; tests scale it down.
+    pub send_timeout: Duration,
     /// Connections still in their handshake (not yet past a valid Hello, so not yet
     /// authenticated) one client may hold at once.
     pub handshakes_per_ip: u32,
@@ -73,6 +77,7 @@ impl Default for Limits {
             session_max: Duration::from_secs(3 * 3600),
             session_linger: Duration::from_secs(15 * 60),
             handshake_timeout: Duration::from_secs(5),
+            send_timeout: crate::SEND_TIMEOUT,
             // An idle check may open up to 1000 probe connections at once.
             handshakes_per_ip: 1024,
             handshakes_total: 8192,

@@ -2,5 +2,6 @@
 //! a real in-process `pathdoc server` with the MTU service, spoken to over loopback.
 
 mod mss_listener;
+mod send_deadline;
 mod support;
 mod up_probe_ids;

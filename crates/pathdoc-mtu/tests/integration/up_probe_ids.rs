@@ -2,46 +2,15 @@
 //! 8 192 (round, id) records (8 B each), however many datagrams arrive, and the report of a round
 //! stays one control frame (docs/server.md, resource model: "MTU up-probe ids").
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use pathdoc_mtu::wire::{ProbeFields, Reply, Request, KIND_UP_PROBE};
-use pathdoc_proto::{Channel, CheckKind, FramedConn, UdpHeader, Welcome};
+use pathdoc_mtu::wire::{Reply, Request};
+use pathdoc_proto::{Channel, CheckKind, FramedConn};
 
-use crate::support::{ask, mtu_server};
+use crate::support::{ask, mtu_server, send_up_probes};
 
 /// The bound the server documents.
 const MAX_UP_IDS: usize = 8192;
-
-/// Send up-probes of `round` with ids `ids` from `udp`, paced so loopback's socket buffers keep
-/// up (a drop only lowers the count the test needs to exceed the bound by).
-async fn send_up_probes(
-    udp: &tokio::net::UdpSocket,
-    to: SocketAddr,
-    welcome: &Welcome,
-    round: u32,
-    ids: std::ops::Range<u32>,
-) {
-    for id in ids {
-        let mut datagram = Vec::with_capacity(64);
-        UdpHeader {
-            session: welcome.session,
-            kind: KIND_UP_PROBE,
-        }
-        .encode(&mut datagram);
-        ProbeFields {
-            round,
-            id,
-            size: 64,
-            ttl: 64,
-        }
-        .encode(&mut datagram);
-        udp.send_to(&datagram, to).await.unwrap();
-        if id % 256 == 0 {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    }
-}
 
 async fn up_received(conn: &mut FramedConn, round: u32) -> Vec<u32> {
     match ask(conn, &Request::UpReceived { round }).await {
