@@ -242,7 +242,9 @@ fn sigint_during_the_idle_check_keeps_its_findings_and_leaves_nothing() {
     .stdin(std::process::Stdio::null())
     .stdout(std::process::Stdio::piped())
     .stderr(std::process::Stdio::piped());
-    let child = cmd.spawn().expect("spawn pathdoc check");
+    let child = support::with_sigint_default(&mut cmd)
+        .spawn()
+        .expect("spawn pathdoc check");
     let pid = child.id();
     std::thread::sleep(Duration::from_secs(6));
     // SAFETY: signalling our own child by its pid.

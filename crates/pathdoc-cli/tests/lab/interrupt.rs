@@ -60,7 +60,7 @@ fn interrupt(cmd: Command, marker: &str, after: Duration) -> Interrupted {
 
 /// [`interrupt`] with another signal.
 fn signal(mut cmd: Command, marker: &str, after: Duration, signal: i32) -> Interrupted {
-    let mut child = cmd
+    let mut child = support::with_sigint_default(&mut cmd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

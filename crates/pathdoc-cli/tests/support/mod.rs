@@ -514,3 +514,18 @@ pub fn check_failures(report: &Value) -> Vec<String> {
         .map(|f| f["summary"].to_string())
         .collect()
 }
+
+/// Start `cmd` with SIGINT at its default action, as a terminal's foreground job has it, whatever
+/// this test process inherited: run from a script's background job (`.ci/run &`, nohup) the tests
+/// get SIGINT ignored, and pathdoc rightly keeps an inherited ignore (a background job must not
+/// take the terminal's Ctrl-C), so a Ctrl-C test would wait for nothing.
+pub fn with_sigint_default(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: signal(2) is async-signal-safe, as pre_exec requires between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        })
+    }
+}
