@@ -867,7 +867,8 @@ impl Lab {
         }
         self.save()?;
         let addr = self.host(host)?.primary_addr();
-        let files = crate::sshd::prepare(&dir, host, addr)?;
+        let addr6 = self.host(host)?.primary_addr6();
+        let files = crate::sshd::prepare(&dir, host, addr, addr6)?;
         crate::sshd::test_config(&sshd, &files)?;
         let log = state::log_path(&self.id(), &format!("sshd-{host}"));
         // Not `ip netns exec`: that also gives the process a private /sys without the cgroup

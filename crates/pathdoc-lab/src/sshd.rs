@@ -5,7 +5,7 @@
 //! the teardown removes. The far end's `XDG_CACHE_HOME` points into it too (sshd `SetEnv`), so a
 //! pathdoc copied there by `pathdoc … --ssh` is the lab's, not the machine's.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -25,6 +25,8 @@ pub struct SshdFiles {
     pub dir: PathBuf,
     pub host: String,
     pub addr: Ipv4Addr,
+    /// The host's IPv6 address in a dual-stack or IPv6 lab: sshd listens there too.
+    pub addr6: Option<Ipv6Addr>,
     pub sshd_config: PathBuf,
     /// For the client: `ssh -F <client_config> <host>`.
     pub client_config: PathBuf,
@@ -46,8 +48,14 @@ pub fn sshd_binary() -> Result<PathBuf, LabError> {
         })
 }
 
-/// Generate keys and write both configs for `host` (address `addr`) into `dir`.
-pub fn prepare(dir: &Path, host: &str, addr: Ipv4Addr) -> Result<SshdFiles, LabError> {
+/// Generate keys and write both configs for `host` (address `addr`, and `addr6` when the lab has
+/// IPv6) into `dir`.
+pub fn prepare(
+    dir: &Path,
+    host: &str,
+    addr: Ipv4Addr,
+    addr6: Option<Ipv6Addr>,
+) -> Result<SshdFiles, LabError> {
     crate::preflight::require_tools(&["ssh", "ssh-keygen"])?;
     std::fs::create_dir_all(dir)
         .map_err(|e| LabError::io(format!("creating {}", dir.display()), e))?;
@@ -55,6 +63,7 @@ pub fn prepare(dir: &Path, host: &str, addr: Ipv4Addr) -> Result<SshdFiles, LabE
         dir: dir.to_path_buf(),
         host: host.to_string(),
         addr,
+        addr6,
         sshd_config: dir.join(format!("sshd_config.{host}")),
         client_config: dir.join("ssh_config"),
         identity: dir.join("id_ed25519"),
@@ -87,7 +96,11 @@ pub fn prepare(dir: &Path, host: &str, addr: Ipv4Addr) -> Result<SshdFiles, LabE
     write(&dir.join("authorized_keys"), &user_pub)?;
     // Every sshd host of the lab adds its line; the client trusts each by name and address.
     let mut known = std::fs::read_to_string(&files.known_hosts).unwrap_or_default();
-    known.push_str(&format!("{host},{addr} {}\n", host_pub.trim()));
+    let names = match addr6 {
+        Some(a6) => format!("{host},{addr},{a6}"),
+        None => format!("{host},{addr}"),
+    };
+    known.push_str(&format!("{names} {}\n", host_pub.trim()));
     write(&files.known_hosts, &known)?;
     write(&files.sshd_config, &sshd_config(&files, &host_key))?;
     let mut client = std::fs::read_to_string(&files.client_config).unwrap_or_default();
@@ -99,10 +112,15 @@ pub fn prepare(dir: &Path, host: &str, addr: Ipv4Addr) -> Result<SshdFiles, LabE
 }
 
 fn sshd_config(f: &SshdFiles, host_key: &Path) -> String {
+    let listen6 = f
+        .addr6
+        .map(|a| format!("ListenAddress {a}\n"))
+        .unwrap_or_default();
     format!(
         "# pathdoc lab: sshd for host {host}\n\
          Port 22\n\
          ListenAddress {addr}\n\
+         {listen6}\
          HostKey {key}\n\
          PidFile none\n\
          AuthorizedKeysFile {dir}/authorized_keys\n\
@@ -126,10 +144,20 @@ fn sshd_config(f: &SshdFiles, host_key: &Path) -> String {
     )
 }
 
+/// The client's `Host` blocks: the host's name and IPv4 address go to IPv4; its IPv6 address,
+/// when it has one, keeps its own block so `ssh 2001:db8:…` is not rewritten to IPv4.
 fn client_block(f: &SshdFiles) -> String {
+    let mut text = host_block(f, &format!("{} {}", f.host, f.addr), &f.addr.to_string());
+    if let Some(a6) = f.addr6 {
+        text.push_str(&host_block(f, &a6.to_string(), &a6.to_string()));
+    }
+    text
+}
+
+fn host_block(f: &SshdFiles, patterns: &str, host_name: &str) -> String {
     format!(
-        "Host {host} {addr}\n\
-         \x20   HostName {addr}\n\
+        "Host {patterns}\n\
+         \x20   HostName {host_name}\n\
          \x20   User {user}\n\
          \x20   IdentityFile {id}\n\
          \x20   IdentitiesOnly yes\n\
@@ -138,8 +166,6 @@ fn client_block(f: &SshdFiles) -> String {
          \x20   StrictHostKeyChecking yes\n\
          \x20   BatchMode yes\n\
          \x20   ConnectTimeout 10\n",
-        host = f.host,
-        addr = f.addr,
         user = LOGIN_USER,
         id = f.identity.display(),
         kh = f.known_hosts.display(),
@@ -195,6 +221,7 @@ mod tests {
             dir: "/run/pathdoc/labs/pd-x.ssh".into(),
             host: "server".into(),
             addr: Ipv4Addr::new(203, 0, 113, 10),
+            addr6: None,
             sshd_config: "/d/sshd_config.server".into(),
             client_config: "/d/ssh_config".into(),
             identity: "/d/id_ed25519".into(),
@@ -216,5 +243,18 @@ mod tests {
         assert!(c.contains("    IdentityFile /d/id_ed25519\n"));
         assert!(c.contains("StrictHostKeyChecking yes"));
         assert!(c.contains("BatchMode yes"));
+        assert!(!s.contains("ListenAddress 2001"), "{s}");
+
+        // A dual-stack host: sshd on both addresses, and the IPv6 address a block of its own
+        // (in the IPv4 block, `HostName` would send `ssh 2001:db8:…` over IPv4).
+        let f6 = SshdFiles {
+            addr6: Some("2001:db8:113::10".parse().unwrap()),
+            ..f
+        };
+        let s6 = sshd_config(&f6, Path::new("/d/hk"));
+        assert!(s6.contains("ListenAddress 203.0.113.10\nListenAddress 2001:db8:113::10\n"));
+        let c6 = client_block(&f6);
+        assert!(c6.starts_with("Host server 203.0.113.10\n    HostName 203.0.113.10\n"));
+        assert!(c6.contains("Host 2001:db8:113::10\n    HostName 2001:db8:113::10\n"));
     }
 }

@@ -504,13 +504,16 @@ pub fn bootstrap(
     progress.status(&format!("ssh: connecting to {}", dest.destination));
     let config = dest.resolve_config()?;
     let ips = config.addresses()?;
-    let ip = *ips.first().ok_or_else(|| SshError::Connect {
-        dest: dest.destination.clone(),
-        detail: format!("{} resolves to no address", config.hostname),
-    })?;
+    if ips.is_empty() {
+        return Err(SshError::Connect {
+            dest: dest.destination.clone(),
+            detail: format!("{} resolves to no address", config.hostname),
+        });
+    }
     // The probe looks for the checksum-named file of *this* binary, so hash first.
     let local = local_binary()?;
     let facts = probe(dest, &cached_name(&local.sha256), opts.step_timeout)?;
+    let ip = server_address(&ips, &facts.ssh_connection);
     let (launch, source) = choose_binary(dest, &facts, &local, progress, opts.step_timeout)?;
     progress.status(&format!(
         "ssh: starting pathdoc server on {}",
@@ -521,6 +524,28 @@ pub fn bootstrap(
     server.source = source;
     check_reachable(dest, &config, &mut server)?;
     Ok(server)
+}
+
+/// Where the client reaches the temporary server: the address its SSH session reached the far
+/// end by (`$SSH_CONNECTION`'s third field), which is where the server listens. A name with A
+/// and AAAA records is reached over IPv6 first by OpenSSH, so the first resolved address (IPv4)
+/// would find nothing listening. Failing that, a resolved address of the same family, then the
+/// first one (`resolved` is not empty).
+fn server_address(resolved: &[IpAddr], ssh_connection: &str) -> IpAddr {
+    let reached = ssh_connection
+        .split_whitespace()
+        .nth(2)
+        .and_then(|a| a.parse::<IpAddr>().ok())
+        .map(|a| a.to_canonical());
+    match reached {
+        Some(a) if resolved.contains(&a) => a,
+        Some(a) => resolved
+            .iter()
+            .find(|r| r.is_ipv6() == a.is_ipv6())
+            .copied()
+            .unwrap_or(resolved[0]),
+        None => resolved[0],
+    }
 }
 
 /// The far end's part of phase 3. The server listens only on the address this SSH session
@@ -778,6 +803,38 @@ pub fn clean(dest: &SshDest, deadline: Duration) -> Result<CleanReport, SshError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_temporary_server_is_reached_by_the_address_ssh_used() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let both = [ip("203.0.113.10"), ip("2001:db8:113::10")];
+        let conn = |server: &str| format!("198.51.100.7 50000 {server} 22");
+        // A dual-stack name that OpenSSH reached over IPv6: not the IPv4 address listed first.
+        assert_eq!(
+            server_address(&both, &conn("2001:db8:113::10")),
+            ip("2001:db8:113::10")
+        );
+        assert_eq!(
+            server_address(&both, &conn("203.0.113.10")),
+            ip("203.0.113.10")
+        );
+        // Behind a NAT the far end's own address is not one the client resolved: same family.
+        assert_eq!(
+            server_address(&both, &conn("2001:db8:ffff::5")),
+            ip("2001:db8:113::10")
+        );
+        assert_eq!(server_address(&both, &conn("10.0.0.5")), ip("203.0.113.10"));
+        assert_eq!(
+            server_address(&both, &conn("::ffff:203.0.113.10")),
+            ip("203.0.113.10")
+        );
+        // No $SSH_CONNECTION (an sshd that does not set it): the first address.
+        assert_eq!(server_address(&both, ""), ip("203.0.113.10"));
+        assert_eq!(
+            server_address(&[ip("2001:db8:113::10")], &conn("10.0.0.5")),
+            ip("2001:db8:113::10")
+        );
+    }
 
     #[test]
     fn scripts_survive_single_quoting() {

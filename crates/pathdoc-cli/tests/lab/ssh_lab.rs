@@ -834,3 +834,50 @@ fn analyze_names_the_channel_window_in_a_capture_of_an_ssh_download() {
     // Kept when an assertion fails, to look at.
     let _ = std::fs::remove_file(&file);
 }
+
+/// `--ssh` and `pathdoc ssh` to the far end by its IPv6 address (a dual-stack lab): the probe,
+/// the temporary server on the IPv6 address SSH reached, the check through it, and measured SSH
+/// transfers — everything over IPv6, with the destination written as users write it.
+#[test]
+fn ssh_and_check_ssh_work_over_ipv6() {
+    let _serial = crate::support::serial();
+    let mut topology = with_sshd("clean");
+    topology.family = pathdoc_lab::topology::Family::Dual;
+    let l = SshLab::up("v6", topology);
+    let v6 = l.lab.addr6("server").expect("a dual-stack lab");
+    let dest = format!("root@[{v6}]");
+
+    let (code, out, err) = l.pathdoc(
+        &["check", "--ssh", &dest, "--mtu", "--json"],
+        Duration::from_secs(90),
+    );
+    let report = support::parse_report(code, &out, &err);
+    assert_eq!(code, 0, "{:?}\n{err}", outcome(&report));
+    let target = report["target"].as_str().unwrap();
+    assert!(
+        target.contains(&format!("over SSH ([{v6}]:")),
+        "the temporary server is reached over IPv6: {target}"
+    );
+    assert_eq!(report["data"]["mtu"]["ipv6"], true, "{}", report["data"]);
+    l.assert_far_end_clean(Duration::from_secs(5));
+
+    let (code, out, err) = l.pathdoc(
+        &[
+            "ssh",
+            &dest,
+            "-t",
+            "1s",
+            "--ciphers",
+            "aes128-gcm@openssh.com",
+            "--json",
+        ],
+        Duration::from_secs(120),
+    );
+    let report = support::parse_report(code, &out, &err);
+    assert_ne!(code, 2, "{:?}\n{err}", outcome(&report));
+    assert!(support::check_failures(&report).is_empty(), "{out}");
+    for direction in ["client-to-server", "server-to-client"] {
+        verdict(&report, direction);
+    }
+    l.assert_far_end_clean(Duration::from_secs(5));
+}
