@@ -3,32 +3,12 @@
 //! the client let go of that connection), or 5 s after it opened when nobody connects
 //! (docs/server.md, resource model: "MSS listener and the connection it accepted").
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use pathdoc_mtu::wire::{Reply, Request};
-use pathdoc_proto::{Channel, CheckKind, FramedConn};
+use pathdoc_proto::FramedConn;
 
-use crate::support::{ask, mtu_server};
-
-async fn session(server: SocketAddr) -> FramedConn {
-    let (mut conn, _) = pathdoc_proto::connect(
-        server,
-        None,
-        Channel::Control {
-            check: CheckKind::Mtu,
-            resume: None,
-        },
-        Duration::from_secs(10),
-    )
-    .await
-    .unwrap();
-    assert!(matches!(
-        ask(&mut conn, &Request::Start).await,
-        Reply::Started { .. }
-    ));
-    conn
-}
+use crate::support::{ask, mtu_server, started_session};
 
 async fn listen(conn: &mut FramedConn) -> Result<u16, String> {
     match ask(conn, &Request::MssListen).await {
@@ -66,7 +46,7 @@ async fn closes_within(port: u16, deadline: Duration) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_mss_listener_at_a_time_four_per_session_each_closed_after_its_syn() {
     let server = mtu_server().await;
-    let mut conn = session(server).await;
+    let (mut conn, _) = started_session(server).await;
     for n in 1..=4 {
         let port = listen(&mut conn).await.unwrap();
         assert!(listening(port), "no listener {n} on port {port}");
@@ -92,7 +72,7 @@ async fn one_mss_listener_at_a_time_four_per_session_each_closed_after_its_syn()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mss_listener_nobody_connects_to_closes_after_5_s() {
     let server = mtu_server().await;
-    let mut conn = session(server).await;
+    let (mut conn, _) = started_session(server).await;
     let opened = Instant::now();
     let port = listen(&mut conn).await.unwrap();
     assert!(listening(port), "no listener on port {port}");

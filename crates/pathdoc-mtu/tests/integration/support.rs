@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use pathdoc_mtu::wire::{ProbeFields, Reply, Request, KIND_UP_PROBE};
-use pathdoc_proto::{FramedConn, UdpHeader, Welcome};
+use pathdoc_proto::{Channel, CheckKind, FramedConn, UdpHeader, Welcome};
 use pathdoc_server::{Limits, Server, ServerConfig};
 
 /// A `pathdoc server` with the MTU service on a free loopback port, served by the test's runtime.
@@ -63,4 +63,24 @@ pub async fn send_up_probes(
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
+}
+
+/// A new MTU session on `server`, started (`Start` answered): its control connection and welcome.
+pub async fn started_session(server: SocketAddr) -> (FramedConn, Welcome) {
+    let (mut conn, welcome) = pathdoc_proto::connect(
+        server,
+        None,
+        Channel::Control {
+            check: CheckKind::Mtu,
+            resume: None,
+        },
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        ask(&mut conn, &Request::Start).await,
+        Reply::Started { .. }
+    ));
+    (conn, welcome)
 }

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use pathdoc_mtu::wire::{Reply, Request};
-use pathdoc_proto::{Channel, CheckKind, FramedConn};
+use pathdoc_proto::FramedConn;
 
-use crate::support::{ask, mtu_server, send_up_probes};
+use crate::support::{ask, mtu_server, send_up_probes, started_session};
 
 /// The bound the server documents.
 const MAX_UP_IDS: usize = 8192;
@@ -22,21 +22,7 @@ async fn up_received(conn: &mut FramedConn, round: u32) -> Vec<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_keeps_at_most_8192_up_probe_ids_however_many_arrive() {
     let server = mtu_server().await;
-    let (mut conn, welcome) = pathdoc_proto::connect(
-        server,
-        None,
-        Channel::Control {
-            check: CheckKind::Mtu,
-            resume: None,
-        },
-        Duration::from_secs(10),
-    )
-    .await
-    .unwrap();
-    assert!(matches!(
-        ask(&mut conn, &Request::Start).await,
-        Reply::Started { .. }
-    ));
+    let (mut conn, welcome) = started_session(server).await;
     let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
 
     // 12 000 distinct probes of round 1: more than the bound by half.
