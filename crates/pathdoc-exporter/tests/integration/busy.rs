@@ -10,37 +10,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pathdoc_proto::{Channel, CheckKind};
-use pathdoc_server::{Limits, Server, ServerConfig};
+use pathdoc_server::{Limits, ServerConfig};
 
 const TOKEN: &str = "busy-test-token";
 
 /// A real pathdoc server (mtu and throughput) allowing one live session per client.
 fn one_session_server() -> SocketAddr {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async {
-            let limits = Limits {
+    common::pathdoc_server(
+        ServerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            limits: Limits {
                 sessions_per_ip: 1,
                 ..Limits::default()
-            };
-            let bound = Server::new(ServerConfig {
-                listen: "127.0.0.1:0".parse().unwrap(),
-                limits,
-                ..ServerConfig::default()
-            })
-            .with_service(pathdoc_mtu::MtuService::new())
-            .with_service(Arc::new(pathdoc_speed::SpeedService::new()))
-            .bind()
-            .await
-            .unwrap();
-            tx.send(bound.local_addr()).unwrap();
-            bound
-                .run(std::future::pending(), Duration::from_millis(100))
-                .await;
-        });
-    });
-    rx.recv_timeout(Duration::from_secs(10)).unwrap()
+            },
+            ..ServerConfig::default()
+        },
+        vec![
+            pathdoc_mtu::MtuService::new(),
+            Arc::new(pathdoc_speed::SpeedService::new()),
+        ],
+    )
 }
 
 fn get(url: &str) -> String {

@@ -31,3 +31,32 @@ pub fn serve_on_loopback(
     });
     (addr, shutdown, thread)
 }
+
+/// A real pathdoc server with `services`, configured by `config`, on its own runtime thread: its
+/// bound address (`config.listen` with port 0 picks a free one).
+#[allow(dead_code)] // tests/connections.rs includes this file too and serves no pathdoc server
+pub fn pathdoc_server(
+    config: pathdoc_server::ServerConfig,
+    services: Vec<std::sync::Arc<dyn pathdoc_server::Service>>,
+) -> SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let server = services
+                .into_iter()
+                .fold(pathdoc_server::Server::new(config), |s, service| {
+                    s.with_service(service)
+                });
+            let bound = server.bind().await.unwrap();
+            tx.send(bound.local_addr()).unwrap();
+            bound
+                .run(
+                    std::future::pending(),
+                    std::time::Duration::from_millis(100),
+                )
+                .await;
+        });
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap()
+}

@@ -11,7 +11,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pathdoc_server::{Server, ServerConfig};
+use pathdoc_server::ServerConfig;
 
 const TOKEN: &str = "limits-test-token";
 
@@ -22,26 +22,13 @@ fn pathdoc_server() -> SocketAddr {
 
 /// The same on `listen` (`[::1]:0` for IPv6).
 fn pathdoc_server_on(listen: &str) -> SocketAddr {
-    let listen: SocketAddr = listen.parse().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async {
-            let bound = Server::new(ServerConfig {
-                listen,
-                ..ServerConfig::default()
-            })
-            .with_service(Arc::new(pathdoc_speed::SpeedService::new()))
-            .bind()
-            .await
-            .unwrap();
-            tx.send(bound.local_addr()).unwrap();
-            bound
-                .run(std::future::pending(), Duration::from_millis(100))
-                .await;
-        });
-    });
-    rx.recv_timeout(Duration::from_secs(10)).unwrap()
+    common::pathdoc_server(
+        ServerConfig {
+            listen: listen.parse().unwrap(),
+            ..ServerConfig::default()
+        },
+        vec![Arc::new(pathdoc_speed::SpeedService::new())],
+    )
 }
 
 /// Send one GET with the token and the given extra header lines; do not read the answer.
