@@ -138,6 +138,18 @@ fn under_attack(
     (tally, held_before, summary)
 }
 
+/// The quick MTU check of a client that has the server's token (the servers of the handshake
+/// tests require one; the attackers never send it).
+const AUTHED_MTU_CHECK: [&str; 7] = [
+    "--mtu",
+    "--mtu-bulk-ms",
+    "200",
+    "--mtu-wait-ms",
+    "100",
+    "--auth-token",
+    "s3cret",
+];
+
 #[test]
 fn many_addresses_holding_their_mtu_sessions_leave_room_for_another_client() {
     let _serial = serial();
@@ -192,16 +204,7 @@ fn silent_unauthenticated_connections_cannot_starve_authenticated_checks() {
         "--handshake-timeout",
         "2s",
     ]);
-    let check = [
-        "--mtu",
-        "--mtu-bulk-ms",
-        "200",
-        "--mtu-wait-ms",
-        "100",
-        "--auth-token",
-        "s3cret",
-    ];
-    let (tally, held, summary) = under_attack(&server, Pool::Silent, (2, 32), &check);
+    let (tally, held, summary) = under_attack(&server, Pool::Silent, (2, 32), &AUTHED_MTU_CHECK);
     assert!(held >= 32, "the attack did not get going: {summary}");
     assert!(tally.served >= SERVED, "{summary}");
 }
@@ -280,16 +283,7 @@ fn one_address_group_in_its_handshake_leaves_the_handshake_pool_to_others() {
         "--handshake-timeout",
         "2s",
     ]);
-    let check = [
-        "--mtu",
-        "--mtu-bulk-ms",
-        "200",
-        "--mtu-wait-ms",
-        "100",
-        "--auth-token",
-        "s3cret",
-    ];
-    let (tally, held, summary) = under_attack(&server, Pool::Silent, (40, 1), &check);
+    let (tally, held, summary) = under_attack(&server, Pool::Silent, (40, 1), &AUTHED_MTU_CHECK);
     // The count is of open attacker sockets at one instant: the 8 admitted ones dip together
     // at their 2 s deadline and refused ones live ≤ 50 ms (9 and 12 seen in busy runs), so only
     // a few are required; without the per-client cap the checks are refused (0 of 10).
