@@ -219,7 +219,13 @@ pub struct Analyzer {
     unlisted: HashMap<String, u64>,
     host_pairs: HashMap<(String, String), HostPairLoss>,
     fragments: Fragments,
+    /// Connections in memory holding a timeline (at most [`MAX_TIMELINES`]).
+    timelines: usize,
 }
+
+/// Connections in memory that may hold a timeline (2.6 KiB each) at once: 26 MiB. A capture with
+/// more concurrent bulk transfers gets the load verdicts for the first ones only.
+pub const MAX_TIMELINES: usize = 10_000;
 
 impl std::fmt::Debug for Analyzer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -245,6 +251,7 @@ impl Analyzer {
             unlisted: HashMap::new(),
             host_pairs: HashMap::new(),
             fragments: Fragments::default(),
+            timelines: 0,
         }
     }
 
@@ -325,7 +332,9 @@ impl Analyzer {
             addr: ip.dst,
             port: tcp.dst_port,
         };
+        let timeline_allowed = self.timelines < MAX_TIMELINES;
         let (conn, preset) = self.lookup(src, dst, tcp, pkt.ts_ns, pkt.number);
+        let had_timeline = conn.timeline.is_some();
         // A segment shorter than its own header is not analysed (Wireshark's "short
         // segment"), but it still belongs to the stream.
         let seg_len = tcp.seg_len?;
@@ -341,12 +350,16 @@ impl Analyzer {
                 preset,
                 frame: pkt.number,
                 ip_id: ip.id,
+                timeline_allowed,
             },
         );
+        let new_timeline = !had_timeline && conn.timeline.is_some();
+        let stream = conn.id;
+        self.timelines += usize::from(new_timeline);
         Some(PacketRecord {
             number: pkt.number,
             ts_ns: pkt.ts_ns,
-            stream: conn.id,
+            stream,
             src,
             dst,
             rel_seq: out.rel_seq,
@@ -502,6 +515,7 @@ impl Analyzer {
 
     /// A connection leaves memory: diagnose it, keep it if it is worth listing, count it.
     fn retire(&mut self, mut c: Connection) {
+        self.timelines -= usize::from(c.timeline.is_some());
         if c.icmp_only {
             return;
         }

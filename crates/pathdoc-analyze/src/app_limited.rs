@@ -55,6 +55,11 @@ fn held_back(c: &ConnSummary, s: &Side<'_>) -> Option<Held> {
         && spread <= MAX_FLIGHT_SPREAD
         && far_from_full
         && data_s >= MIN_RTTS * rtt_s;
+    // A queue that grew at the bottleneck means the path was full: it, not the application,
+    // set the rate (a line-rate transfer whose cwnd sits at the BDP plus a short queue).
+    if crate::load::under_load(c, s).is_some_and(|u| u.queued()) {
+        return None;
+    }
     let ssh = (mean_flight - SSH_CHANNEL_WINDOW).abs() <= 0.15 * SSH_CHANNEL_WINDOW;
     ok.then_some(Held {
         rtt_s,

@@ -20,6 +20,8 @@ const TIMING_BASED: &[&str] = &[
     "receive-window-limited",
     "sender-application-limited",
     "pmtud-black-hole",
+    "policer-limited",
+    "latency-under-load",
 ];
 
 /// Qualify a connection's findings when its packets' times ran backwards: timing-based ones

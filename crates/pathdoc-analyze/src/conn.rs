@@ -8,6 +8,7 @@ use pathdoc_capture::decode::{TcpInfo, TH_ACK, TH_FIN, TH_RST, TH_SYN};
 use crate::flags::Flags;
 use crate::stats::{DirStats, SynOptions};
 use crate::tcp::{Analysis, ConnState, Segment};
+use crate::timeline::Timeline;
 
 /// An idle gap shorter than this never counts as "idle" (the RTT still scales it up).
 pub const MIN_IDLE_NS: i64 = 1_000_000_000;
@@ -76,7 +77,16 @@ pub struct Connection {
     pub clock_backward_steps: u64,
     /// Per direction, the last packet seen: the next one is a forwarding copy if it repeats it.
     last_sig: [Option<PacketSig>; 2],
+    /// Rates, repairs and round trips over time, once a direction carried
+    /// [`TIMELINE_FROM_SEGMENTS`] data segments (most connections never do: no cost for them).
+    pub timeline: Option<Box<Timeline>>,
 }
+
+/// Data segments of one direction before a connection gets a [`Timeline`].
+pub const TIMELINE_FROM_SEGMENTS: u64 = 16;
+
+/// Drops closer together than this (or two round trips) belong to one loss episode.
+const EPISODE_GAP_NS: i64 = 10_000_000;
 
 /// What identifies one packet among its copies (`-i any` on a router captures each forwarded
 /// packet twice: in, then out with the TTL one lower).
@@ -89,6 +99,16 @@ struct PacketSig {
     ip_id: u16,
     ttl: u8,
     ts: i64,
+}
+
+/// What a segment says about loss: a hole its sequence number opened (lost before the capture
+/// point), and whether its payload repaired a loss (a retransmission, not spurious, or a
+/// segment filling a hole).
+#[derive(Debug, Clone, Copy)]
+struct Lost {
+    hole: Option<(u32, u32)>,
+    repair: bool,
+    filled: bool,
 }
 
 /// A copy of a forwarded packet follows the original within this time.
@@ -109,6 +129,8 @@ pub struct SegmentIn<'a> {
     pub frame: u64,
     /// IPv4 identification (0 for IPv6).
     pub ip_id: u16,
+    /// Whether the connection may start a timeline now (the analyzer bounds how many exist).
+    pub timeline_allowed: bool,
 }
 
 /// The per-packet outcome, for `--flags`.
@@ -143,6 +165,7 @@ impl Connection {
             last_frame: frame,
             clock_backward_steps: 0,
             last_sig: [None; 2],
+            timeline: None,
         }
     }
 
@@ -183,6 +206,7 @@ impl Connection {
             preset,
             frame,
             ip_id: _,
+            timeline_allowed: _,
         } = *input;
         if self.frames > 0 && self.last_ns.saturating_sub(ts) > crate::clock::TOLERANCE_NS {
             self.clock_backward_steps += 1;
@@ -226,15 +250,19 @@ impl Connection {
                 rel_seq.wrapping_add(seg_len),
             );
         }
+        let mut filled = 0;
         if copy {
             st.forwarding_copies += 1;
             st.retransmission_copies += u64::from(flags.any_retransmission());
         } else if seg_len > 0 {
-            st.gaps.on_data(
+            filled = st.gaps.on_data(
                 rel_seq,
                 rel_seq.wrapping_add(seg_len),
                 flags.any_retransmission(),
             );
+            if filled == 0 && flags.has(Flags::OUT_OF_ORDER) {
+                st.out_of_order_resent += 1;
+            }
         }
         if flags.has(Flags::LOST_SEGMENT) {
             st.gaps.open(expected.wrapping_sub(base), rel_seq);
@@ -263,8 +291,24 @@ impl Connection {
             self.note_in_flight(d, peer_window);
             self.note_too_big_oversize(d, ts, ip_len);
         }
-        if tcp.flags & TH_ACK != 0 {
-            self.dirs[1 - d].on_ack(ts, rel_ack);
+        let karn = if tcp.flags & TH_ACK != 0 {
+            self.dirs[1 - d].on_ack(ts, rel_ack)
+        } else {
+            None
+        };
+        if !copy {
+            let lost = Lost {
+                hole: flags
+                    .has(Flags::LOST_SEGMENT)
+                    .then(|| (expected.wrapping_sub(base), rel_seq)),
+                repair: seg_len > 0
+                    && (filled > 0
+                        || flags.has(Flags::OUT_OF_ORDER)
+                        || (flags.any_retransmission()
+                            && !flags.has(Flags::SPURIOUS_RETRANSMISSION))),
+                filled: filled > 0,
+            };
+            self.note_timeline(d, ts, input, rel_seq, rel_ack, flags, lost, karn);
         }
         self.dirs[1 - d].on_peer_packet();
         self.note_idle_phase(d, ts, flags, seg_len, rst);
@@ -301,6 +345,71 @@ impl Connection {
         });
         self.last_sig[d] = Some(sig);
         copy
+    }
+
+    /// Feed the loss episodes and the timeline (not for forwarding copies).
+    #[allow(clippy::too_many_arguments)]
+    fn note_timeline(
+        &mut self,
+        d: usize,
+        ts: i64,
+        input: &SegmentIn<'_>,
+        rel_seq: u32,
+        rel_ack: u32,
+        flags: Flags,
+        lost: Lost,
+        karn: Option<i64>,
+    ) {
+        let seg_len = input.seg_len;
+        let rtt = match self.dirs[d].rtt.count {
+            0 => self.state.irtt_ns,
+            _ => self.dirs[d].rtt.min_ns.max(self.state.irtt_ns),
+        };
+        let gap = EPISODE_GAP_NS.max(rtt.saturating_mul(2));
+        let mss = self.dirs[1 - d]
+            .syn
+            .and_then(|o| o.mss)
+            .map_or(self.dirs[d].max_payload, u32::from)
+            .max(536);
+        let st = &mut self.dirs[d];
+        if let Some((lo, hi)) = lost.hole {
+            st.episodes.on_loss(ts, lo, hi, gap, mss);
+        }
+        if lost.repair && !lost.filled {
+            st.episodes
+                .on_loss(ts, rel_seq, rel_seq.wrapping_add(seg_len), gap, mss);
+        }
+        if self.timeline.is_none()
+            && input.timeline_allowed
+            && st.data_packets >= TIMELINE_FROM_SEGMENTS
+        {
+            let mut t = Timeline::new(st.first_data_ns.unwrap_or(ts));
+            // What came before the timeline: the first segments, counted as new data.
+            let earlier = st.payload_bytes.saturating_sub(u64::from(seg_len));
+            t.on_data(
+                d,
+                t.start_ns,
+                earlier.min(u64::from(u32::MAX)) as u32,
+                true,
+                false,
+            );
+            self.timeline = Some(Box::new(t));
+        }
+        let Some(t) = self.timeline.as_deref_mut() else {
+            return;
+        };
+        if seg_len > 0 {
+            let new_data =
+                !flags.any_retransmission() && !flags.has(Flags::OUT_OF_ORDER) && !lost.filled;
+            t.on_data(d, ts, seg_len, new_data, lost.repair);
+        }
+        let acks_new = input.tcp.flags & TH_ACK != 0 && t.on_ack(1 - d, ts, rel_ack);
+        if let Some(k) = karn {
+            t.on_rtt(1 - d, ts, k);
+        }
+        if let Some(stamps) = input.tcp.options.timestamp {
+            t.on_timestamps(d, ts, stamps, seg_len > 0 || acks_new);
+        }
     }
 
     fn note_handshake(&mut self, d: usize, tcp: &TcpInfo) {

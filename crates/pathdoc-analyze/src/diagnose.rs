@@ -79,8 +79,14 @@ pub fn connection(c: &ConnSummary) -> Vec<Finding> {
     for s in sides(c) {
         let pmtu = pmtu(c, &s, &mut out);
         if !pmtu {
-            loss(c, &s, &mut out);
+            // A policed direction's loss is the policer's: its finding replaces the loss
+            // finding (whose remedies hunt for a lossy link).
+            match crate::load::policer(c, &s) {
+                Some(f) => out.push(f),
+                None => loss(c, &s, &mut out),
+            }
         }
+        crate::load::latency_under_load(c, &s, &mut out);
         window_limited(c, &s, &mut out);
         crate::app_limited::sender_application_limited(c, &s, &mut out);
         zero_window(c, &s, &mut out);
@@ -109,7 +115,7 @@ const LOSS_IMPACT_MIN_SEGMENTS: u64 = 10;
 const LOSS_IMPACT_MIN_RTT_S: f64 = 0.001;
 
 /// Mathis' bound `MSS/RTT × 1.22/√p` in bit/s.
-fn mathis_bps(mss: f64, rtt_s: f64, p: f64) -> f64 {
+pub(crate) fn mathis_bps(mss: f64, rtt_s: f64, p: f64) -> f64 {
     mss * 8.0 / rtt_s * 1.22 / p.sqrt()
 }
 
@@ -348,10 +354,11 @@ fn loss_evidence(f: Finding, s: &Side<'_>, count: &LossCount) -> Finding {
         .evidence(Evidence::new("lost share", pct(count.share())))
         .evidence(
             Evidence::new("lost after the capture point", Quantity::Count(count.downstream)).with_detail(format!(
-                "segments seen here and sent again: {} retransmission, {} fast, {} spurious (Wireshark's classes), less {} filling holes{}",
+                "segments seen here and sent again: {} retransmission, {} fast, {} spurious, {} out-of-order filling no hole (Wireshark's classes), less {} filling holes{}",
                 tx.flags.retransmission,
                 tx.flags.fast_retransmission,
                 tx.flags.spurious_retransmission,
+                tx.out_of_order_resent,
                 tx.gaps.fill_retransmissions,
                 if tx.retransmission_copies > 0 {
                     format!(" and {} forwarding copies", tx.retransmission_copies)

@@ -21,7 +21,15 @@ pub const FINDING_IDS: &[FindingId] = &[
     },
     FindingId {
         id: "sender-application-limited",
-        meaning: "a long transfer (≥ 500 data segments, ≥ 10 RTTs) with no loss, the receiver's window never more than half used and the flight size flat (spread ≤ 30 %) at ≥ 256 KiB: the sending application or its send buffer holds it back; at ≈ 2 MiB names SSH's channel window and `pathdoc ssh`: WARN",
+        meaning: "a long transfer (≥ 500 data segments, ≥ 10 RTTs) with no loss, the receiver's window never more than half used and the flight size flat (spread ≤ 30 %) at ≥ 256 KiB, and no queue built at the bottleneck (path RTT under load within max(1 ms, 20 %) of idle): the sending application or its send buffer holds it back; at ≈ 2 MiB names SSH's channel window and `pathdoc ssh`: WARN",
+    },
+    FindingId {
+        id: "policer-limited",
+        meaning: "a direction losing ≥ 1 % (≥ 20) of its data segments, ≥ 50 % of the lost bytes in dense episodes (≥ 3 segments losing ≥ 25 % of the sequence range they span), ≥ 75 % of the repairs while the path RTT (both loops through the capture point, Karn and TCP timestamp echoes) stayed within max(5 ms, 20 %) of the idle RTT, and ≥ 60 % of the timeline's bins from the first loss within 67–150 % of the policed rate (their median goodput; Flach et al., SIGCOMM 2016, use the goodput between the first and last loss): a token-bucket policer (or a bottleneck with almost no buffer); replaces that direction's `tcp-loss-one-direction`; WARN with the policed rate at the IP layer, a burst lower bound, pacing (fq maxrate, BBR) on the sender and the enforced-vs-paid rate for the ISP",
+    },
+    FindingId {
+        id: "latency-under-load",
+        meaning: "a transfer's path RTT while it delivered ≥ 50 % of its busiest bin (median of ≥ 4 bins over ≥ 10 idle RTTs) against the idle RTT (the handshake's), graded like DSLReports' bufferbloat grade (A+ < 5 ms … F ≥ 400 ms increase): INFO from a 30 ms increase (grade B), WARN from 60 ms (C or worse) with SQM (cake/fq_codel shaped below the rate) on the router at the bottleneck",
     },
     FindingId {
         id: "zero-window-stall",

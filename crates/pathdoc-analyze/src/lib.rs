@@ -20,10 +20,12 @@ pub mod diagnose;
 pub mod flags;
 mod frag;
 pub mod ids;
+pub mod load;
 pub mod loss;
 pub mod stats;
 pub mod summary;
 pub mod tcp;
+pub mod timeline;
 
 pub use analyzer::{Analyzer, CaptureAnalysis, Filter, Listed, Options, PacketRecord, Totals};
 pub use flags::Flags;

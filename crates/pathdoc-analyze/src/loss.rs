@@ -37,7 +37,8 @@ impl LossCount {
             .saturating_sub(tx.retransmission_copies);
         LossCount {
             data_segments: tx.data_packets.saturating_sub(tx.forwarding_copies),
-            downstream: retrans.saturating_sub(tx.gaps.fill_retransmissions),
+            downstream: retrans.saturating_sub(tx.gaps.fill_retransmissions)
+                + tx.out_of_order_resent,
             upstream: tx.gaps.fill_segments,
         }
     }

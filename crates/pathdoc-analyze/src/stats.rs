@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use crate::flags::Flags;
 use crate::tcp::{seq_gt, seq_le, seq_lt};
+use crate::timeline::Episodes;
 
 /// How many data segments per direction are timed at once for RTT samples.
 const TIMED: usize = 8;
@@ -262,8 +263,9 @@ impl Gaps {
         }
     }
 
-    /// A data segment `[seq, end)` was seen: count it if it fills part of an open hole.
-    pub fn on_data(&mut self, seq: u32, end: u32, retrans: bool) {
+    /// A data segment `[seq, end)` was seen: count it if it fills part of an open hole. Returns
+    /// the bytes of holes it filled.
+    pub fn on_data(&mut self, seq: u32, end: u32, retrans: bool) -> u64 {
         let mut filled = 0u64;
         let mut keep = 0;
         for i in 0..self.open_len as usize {
@@ -291,6 +293,7 @@ impl Gaps {
             self.fill_retransmissions += u64::from(retrans);
             self.filled_bytes += filled;
         }
+        filled
     }
 }
 
@@ -351,11 +354,17 @@ pub struct DirStats {
     pub unseen: Option<UnseenBytes>,
     /// Holes in the sequence space and the segments that filled them (loss upstream).
     pub gaps: Gaps,
+    /// Bursts of drops and how densely they hit (a policer's signature).
+    pub episodes: Episodes,
     /// Packets that were the previous packet of this side again with another TTL: the same
     /// packet captured twice (`tcpdump -i any` on a router: before and after forwarding).
     pub forwarding_copies: u64,
     /// Of those, how many Wireshark flagged as retransmissions (not loss).
     pub retransmission_copies: u64,
+    /// Segments Wireshark calls out-of-order that filled no hole: the capture point had seen
+    /// their bytes already, so they were sent again — a sender's SACK repairs, sent within an
+    /// RTT of its newest segment, read that way in a capture taken on the sender.
+    pub out_of_order_resent: u64,
     /// ICMP too-big messages about this side's packets.
     pub too_big: u32,
     pub too_big_min_mtu: Option<u32>,
@@ -504,8 +513,10 @@ impl DirStats {
         }
     }
 
-    /// The peer acknowledged up to `rel_ack` (relative to this side's base) at `ts`.
-    pub fn on_ack(&mut self, ts: i64, rel_ack: u32) {
+    /// The peer acknowledged up to `rel_ack` (relative to this side's base) at `ts`. Returns the
+    /// Karn RTT sample it gave, if any.
+    pub fn on_ack(&mut self, ts: i64, rel_ack: u32) -> Option<i64> {
+        let mut karn = None;
         let n = self.timed_len as usize;
         if n > 0 {
             let mut keep = 0;
@@ -529,6 +540,7 @@ impl DirStats {
             if let Some((rtt, false)) = sample {
                 if rtt >= 0 {
                     self.rtt.add(rtt);
+                    karn = Some(rtt);
                 }
             }
         }
@@ -542,6 +554,7 @@ impl DirStats {
             // The receiver has them: the capture (not the path) missed them.
             self.unseen = None;
         }
+        karn
     }
 
     pub fn on_window(&mut self, ts: i64, scaled: u64, syn_or_rst: bool) {
@@ -590,5 +603,6 @@ impl DirStats {
             self.zero_window_longest_ns = self.zero_window_longest_ns.max(d);
         }
         self.finish_stall();
+        self.episodes.close();
     }
 }

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use crate::conn::{Connection, IdlePhase};
 use crate::stats::{DirStats, FlagCounts, Stall, SynOptions};
+use crate::timeline::Timeline;
 
 /// One direction of a connection.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -69,6 +70,48 @@ pub struct DirSummary {
     /// those copies Wireshark calls retransmissions.
     pub forwarding_copies: u64,
     pub retransmission_copies: u64,
+    /// Out-of-order segments that filled no hole: bytes the capture point had already seen,
+    /// sent again (a sender-side capture's SACK repairs).
+    pub out_of_order_resent: u64,
+    /// Bursts of drops (retransmitted ranges, holes) and how densely they hit.
+    pub loss_episodes: EpisodeSummary,
+}
+
+/// Loss episodes of one direction (see `DirSummary::loss_episodes`).
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Default)]
+pub struct EpisodeSummary {
+    pub episodes: u64,
+    /// Episodes of ≥ 3 lost segments that lost ≥ 25 % of the sequence range they spanned.
+    pub dense_episodes: u64,
+    pub lost_bytes: u64,
+    pub dense_lost_bytes: u64,
+    pub largest_segments: u32,
+}
+
+/// The connection over time (see `ConnSummary::timeline`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TimelineSummary {
+    /// Seconds from the connection's first packet to the start of the first bin.
+    pub start_s: f64,
+    pub bin_s: f64,
+    pub client_to_server: Vec<BinSummary>,
+    pub server_to_client: Vec<BinSummary>,
+}
+
+/// One bin of one direction.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct BinSummary {
+    /// New payload bytes sent.
+    pub sent_bytes: u64,
+    /// Payload that repaired a loss (retransmissions that were not spurious, hole fills).
+    pub repaired_bytes: u64,
+    /// This direction's bytes the peer newly acknowledged.
+    pub delivered_bytes: u64,
+    /// Round trips of the loop capture point → this direction's receiver → capture point
+    /// (Karn samples of its data and TCP timestamp echoes).
+    pub rtt_samples: u32,
+    pub rtt_min_ms: Option<f64>,
+    pub rtt_mean_ms: Option<f64>,
 }
 
 /// Sequence-space holes of one direction (see `DirSummary::gaps`).
@@ -179,6 +222,9 @@ pub struct ConnSummary {
     /// Packets captured with an earlier time than the connection's previous packet: its
     /// durations, rates and RTTs are not trustworthy.
     pub clock_backward_steps: u64,
+    /// Rates, repairs and round trips over time, for connections that carried ≥ 16 data
+    /// segments one way.
+    pub timeline: Option<TimelineSummary>,
 }
 
 fn secs(ns: i64) -> f64 {
@@ -260,6 +306,37 @@ fn dir_summary(st: &DirStats, conn_last_ns: i64, window_scale_known: bool) -> Di
         },
         forwarding_copies: st.forwarding_copies,
         retransmission_copies: st.retransmission_copies,
+        out_of_order_resent: st.out_of_order_resent,
+        loss_episodes: EpisodeSummary {
+            episodes: st.episodes.count,
+            dense_episodes: st.episodes.dense,
+            lost_bytes: st.episodes.lost_bytes,
+            dense_lost_bytes: st.episodes.dense_lost_bytes,
+            largest_segments: st.episodes.largest_segments,
+        },
+    }
+}
+
+fn timeline_summary(t: &Timeline, c: &Connection, client: usize) -> TimelineSummary {
+    let used = t.used();
+    let bins = |d: usize| {
+        t.bins[d][..used]
+            .iter()
+            .map(|b| BinSummary {
+                sent_bytes: b.sent,
+                repaired_bytes: b.repaired,
+                delivered_bytes: b.delivered,
+                rtt_samples: b.rtt_n,
+                rtt_min_ms: (b.rtt_n > 0).then(|| f64::from(b.rtt_min_us) / 1e3),
+                rtt_mean_ms: b.rtt_mean_us().map(|us| us / 1e3),
+            })
+            .collect()
+    };
+    TimelineSummary {
+        start_s: secs(t.start_ns.saturating_sub(c.first_ns)),
+        bin_s: secs(t.width_ns),
+        client_to_server: bins(client),
+        server_to_client: bins(1 - client),
     }
 }
 
@@ -340,5 +417,9 @@ pub fn summarize(c: &Connection, capture_start_ns: i64) -> ConnSummary {
             .map(|p| idle_summary(p, client, capture_start_ns)),
         end,
         clock_backward_steps: c.clock_backward_steps,
+        timeline: c
+            .timeline
+            .as_deref()
+            .map(|t| timeline_summary(t, c, client)),
     }
 }

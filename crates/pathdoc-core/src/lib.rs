@@ -4,6 +4,7 @@
 //! [`report::Evidence`]; the CLI renders them as text or JSON.
 
 pub mod addr;
+pub mod bufferbloat;
 pub mod busy;
 pub mod check;
 pub mod nic;

@@ -10,26 +10,9 @@ use pathdoc_core::{Evidence, Finding, Host, Quantity, Remedy, Status};
 use crate::analysis::{Basis, DirectionResult, CHECK};
 use crate::spec::Direction;
 
-/// Upper bounds (ms of RTT increase, exclusive) of each grade; anything above the last is F.
-pub const GRADES: &[(f64, &str)] = &[
-    (5.0, "A+"),
-    (30.0, "A"),
-    (60.0, "B"),
-    (200.0, "C"),
-    (400.0, "D"),
-];
-/// Increase from which the finding is a Warn (grade C or worse).
-pub const WARN_FROM_MS: f64 = 60.0;
+use pathdoc_core::bufferbloat::{grade, WARN_FROM_MS};
 /// Shape the SQM this far below the measured rate, so the queue forms in the SQM, not the modem.
 pub const SQM_SHARE: f64 = 0.9;
-
-/// The DSLReports grade of an RTT increase in milliseconds.
-pub fn grade(increase_ms: f64) -> &'static str {
-    GRADES
-        .iter()
-        .find(|(bound, _)| increase_ms < *bound)
-        .map_or("F", |(_, g)| g)
-}
 
 /// The `latency-under-load` finding of one direction, when its RTTs are known.
 pub fn latency_finding(d: &DirectionResult, b: &Basis) -> Option<Finding> {
@@ -56,13 +39,14 @@ pub fn latency_finding(d: &DirectionResult, b: &Basis) -> Option<Finding> {
     )
     .direction(d.core_direction())
     .summary(format!(
-        "While this {} filled the path ({} goodput {}), the round trip grew by {:.0} ms: a queue at the bottleneck held that much data. Every packet that shares the queue waits as long — an interactive ssh session beside this transfer gets each keystroke echoed {:.0} ms later{}. Grades are the DSLReports speed test's for the RTT increase under load (A+ < 5 ms, A < 30, B < 60, C < 200, D < 400, F ≥ 400).",
+        "While this {} filled the path ({} goodput {}), the round trip grew by {:.0} ms: a queue at the bottleneck held that much data. Every packet that shares the queue waits as long — an interactive ssh session beside this transfer gets each keystroke echoed {:.0} ms later{}. Grades are the DSLReports speed test's for the RTT increase under load ({}).",
         d.direction.short(),
         format_rate(b.rate_bps),
         b.short,
         increase,
         increase,
-        if bad { ", which users feel as lag (a terminal feels sluggish from about 100 ms)" } else { "; that is not noticeable" }
+        if bad { ", which users feel as lag (a terminal feels sluggish from about 100 ms)" } else { "; that is not noticeable" },
+        pathdoc_core::bufferbloat::GRADES_TEXT
     ))
     .requirement(format!("Warn from a {WARN_FROM_MS:.0} ms increase (grade C or worse)"))
     .evidence(Evidence::new("RTT idle (minimum)", Quantity::Seconds(b.min_rtt_s)))
@@ -109,26 +93,6 @@ pub fn latency_finding(d: &DirectionResult, b: &Basis) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn grades_follow_dslreports_thresholds() {
-        for (ms, g) in [
-            (0.0, "A+"),
-            (4.9, "A+"),
-            (5.0, "A"),
-            (29.9, "A"),
-            (30.0, "B"),
-            (59.9, "B"),
-            (60.0, "C"),
-            (199.0, "C"),
-            (200.0, "D"),
-            (399.0, "D"),
-            (400.0, "F"),
-            (2000.0, "F"),
-        ] {
-            assert_eq!(grade(ms), g, "{ms}");
-        }
-    }
 
     #[test]
     fn bloated_queue_warns_with_sqm_and_a_short_one_is_information() {

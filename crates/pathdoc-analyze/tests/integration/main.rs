@@ -6,3 +6,4 @@ mod crafted_vs_tshark;
 mod diagnose_crafted;
 mod diagnose_real_traffic;
 mod extreme_times;
+mod lab_captures;

@@ -20,16 +20,16 @@ use support::{opts, Cleanup, PATHDOC};
 const STEM: &str = "pda";
 
 /// A scratch directory removed on drop.
-struct Scratch(PathBuf);
+pub(crate) struct Scratch(PathBuf);
 
 impl Scratch {
-    fn new(test: &str) -> Self {
+    pub(crate) fn new(test: &str) -> Self {
         let p = std::env::temp_dir().join(format!("pathdoc-analyze-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
         Scratch(p)
     }
-    fn file(&self, name: &str) -> PathBuf {
+    pub(crate) fn file(&self, name: &str) -> PathBuf {
         self.0.join(name)
     }
 }
@@ -44,7 +44,7 @@ impl Drop for Scratch {
     }
 }
 
-fn start(lab: &Lab, host: &str, path: &Path) -> RunningCapture {
+pub(crate) fn start(lab: &Lab, host: &str, path: &Path) -> RunningCapture {
     capture::start(
         lab,
         host,
@@ -172,21 +172,21 @@ fn assert_agrees_with_tshark(file: &Path) -> BTreeMap<String, u64> {
     counts
 }
 
-fn analyze_json(files: &[&Path]) -> (i32, Value) {
+pub(crate) fn analyze_json(files: &[&Path]) -> (i32, Value) {
     let mut cmd = Command::new(PATHDOC);
     cmd.args(["analyze", "--json"]).args(files);
     let (code, out, err) = support::run(cmd, Duration::from_secs(120));
     (code, support::parse_report(code, &out, &err))
 }
 
-fn with_id<'a>(report: &'a Value, id: &str) -> Vec<&'a Value> {
+pub(crate) fn with_id<'a>(report: &'a Value, id: &str) -> Vec<&'a Value> {
     support::findings(report)
         .into_iter()
         .filter(|f| f["id"] == id)
         .collect()
 }
 
-fn problems(report: &Value) -> Vec<String> {
+pub(crate) fn problems(report: &Value) -> Vec<String> {
     support::findings(report)
         .into_iter()
         .filter(|f| matches!(f["status"].as_str(), Some("warn" | "fail")))
@@ -383,6 +383,7 @@ fn tshark_agrees_on_every_scenario() {
         let files = record(&lab, info.name, &dir);
         lab.down().unwrap();
         for f in &files {
+            assert_load_verdicts_only_where_due(info.name, f);
             let counts = assert_agrees_with_tshark(f);
             eprintln!(
                 "{} {}: agrees with tshark; flags {counts:?}",
@@ -390,6 +391,32 @@ fn tshark_agrees_on_every_scenario() {
                 f.display()
             );
         }
+    }
+}
+
+/// The policer and latency-under-load verdicts stay off every scenario but their own: random,
+/// bursty (duplex) and tail-drop loss are not a policer; no other path has a bloated queue.
+fn assert_load_verdicts_only_where_due(scenario: &str, capture: &Path) {
+    let (_, report) = analyze_json(&[capture]);
+    if scenario != "policed-line" {
+        assert_eq!(
+            with_id(&report, "policer-limited"),
+            Vec::<&Value>::new(),
+            "{scenario}: {}",
+            capture.display()
+        );
+    }
+    if scenario != "bloated-uplink" {
+        let bloat: Vec<_> = with_id(&report, "latency-under-load")
+            .into_iter()
+            .filter(|f| f["status"] != "info")
+            .collect();
+        assert_eq!(
+            bloat,
+            Vec::<&Value>::new(),
+            "{scenario}: {}",
+            capture.display()
+        );
     }
 }
 

@@ -17,6 +17,7 @@ mod browser;
 mod support;
 
 mod analyze_lab;
+mod analyze_load_lab;
 mod delay_line_e2e;
 mod exporter_prometheus;
 mod idle_culprit;

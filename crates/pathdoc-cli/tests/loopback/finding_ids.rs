@@ -171,8 +171,10 @@ fn id_literals(text: &str) -> Vec<String> {
 }
 
 /// The ids `arg` (the id argument of the `Finding::new` at `at` in `src`) can take, or why not.
-/// Locals and closure parameters are looked up at their nearest binding before the call.
-fn resolve(arg: &str, src: &str, at: usize) -> Result<Vec<String>, String> {
+/// Locals and closure parameters are looked up at their nearest binding before the call; the
+/// calls of a function whose parameter it is are looked up in `callers` (the whole crate: a
+/// `pub(crate) fn finding(c, id, …)` is called from other modules too).
+fn resolve(arg: &str, src: &str, at: usize, callers: &str) -> Result<Vec<String>, String> {
     let before = &src[..at];
     if arg.starts_with('"') && arg.ends_with('"') {
         return Ok(vec![arg.trim_matches('"').to_string()]);
@@ -210,6 +212,7 @@ fn resolve(arg: &str, src: &str, at: usize) -> Result<Vec<String>, String> {
         let mut lits = Vec::new();
         let call = format!("{}(", p.callable);
         let mut from = 0;
+        let src = if p.function { callers } else { src };
         while let Some(i) = src[from..].find(&call) {
             let open = from + i + p.callable.len();
             let head = &src[..from + i];
@@ -237,6 +240,8 @@ struct Parameter {
     at: usize,
     callable: String,
     position: usize,
+    /// A `fn` (callable from other modules), not a local closure.
+    function: bool,
 }
 
 fn parameter_of(arg: &str, before: &str) -> Option<Parameter> {
@@ -263,6 +268,7 @@ fn parameter_of(arg: &str, before: &str) -> Option<Parameter> {
             at,
             callable: name,
             position,
+            function: true,
         })
     });
     // `let name = |…|` (or `move |…|`): the last such closure with that parameter.
@@ -294,6 +300,7 @@ fn parameter_of(arg: &str, before: &str) -> Option<Parameter> {
                 at: let_at,
                 callable: name,
                 position,
+                function: false,
             });
         }
     }
@@ -351,6 +358,11 @@ fn emitted() -> (Emitted, BTreeMap<String, Vec<String>>) {
             continue;
         }
         rust_files(&src_dir, &mut files);
+        let crate_src: String = files
+            .iter()
+            .map(|f| without_tests(&std::fs::read_to_string(f).unwrap()))
+            .collect::<Vec<_>>()
+            .join("\n");
         for f in files {
             let raw = std::fs::read_to_string(&f).unwrap();
             // A whole file of tests (`#![cfg(test)]`, e.g. checks/toy.rs) emits nothing.
@@ -382,7 +394,7 @@ fn emitted() -> (Emitted, BTreeMap<String, Vec<String>>) {
                         .to_string(),
                 };
                 let place = format!("{}:{}", f.display(), src[..open].lines().count());
-                match a.get(1).map(|arg| resolve(arg, &src, open)) {
+                match a.get(1).map(|arg| resolve(arg, &src, open, &crate_src)) {
                     Some(Ok(lits)) => {
                         for l in lits {
                             ids.entry(check.clone())
@@ -539,23 +551,23 @@ fn the_source_reader_sees_through_locals_and_closures() {
     assert!(!src.contains("test-only"));
     let closure = src.find("Finding::new(CHECK, id, s").unwrap() + "Finding::new".len();
     assert_eq!(
-        resolve("id", &src, closure).unwrap(),
+        resolve("id", &src, closure, &src).unwrap(),
         vec!["path-mtu", "pmtud-black-hole"]
     );
     let local = src.find("Finding::new(CHECK, id, 3").unwrap() + "Finding::new".len();
     assert_eq!(args(&src, local)[1], "id");
     assert_eq!(
-        resolve("id", &src, local).unwrap(),
+        resolve("id", &src, local, &src).unwrap(),
         vec!["udp-a-b", "udp-c-d"]
     );
-    assert!(resolve("format!(\"{}-rate\", d)", &src, local).is_err());
+    assert!(resolve("format!(\"{}-rate\", d)", &src, local, &src).is_err());
     let function = src.find("Finding::new(CHECK, id, status").unwrap() + "Finding::new".len();
     assert_eq!(
-        resolve("id", &src, function).unwrap(),
+        resolve("id", &src, function, &src).unwrap(),
         vec!["idle-death", "rst-injected"]
     );
     assert_eq!(
-        resolve("pathdoc_core::report::CHECK_FAILED", &src, local).unwrap(),
+        resolve("pathdoc_core::report::CHECK_FAILED", &src, local, &src).unwrap(),
         vec!["check-failed"]
     );
 }
