@@ -1017,10 +1017,10 @@ fn network_verdict(
     };
     // pathdoc-speed found a policer on the raw stream: the "network limit" is a provider's
     // token rate, and the throughput check's pacing remedy applies to SSH too.
-    let policed = if input.raw_limit == Some("policer-limited") {
-        " Raw TCP on this path was policed (the throughput check's policer-limited: heavy loss without queueing at a flat rate): the limit is a token-bucket policer, and pacing the sender below its rate avoids the drops."
-    } else {
-        ""
+    let policed = match input.raw_limit {
+        Some("policer-limited") => " Raw TCP on this path was policed (the throughput check's policer-limited: heavy loss without queueing at a flat rate): the limit is a token-bucket policer, and pacing the sender below its rate avoids the drops.",
+        Some("shared-bottleneck") => " Raw TCP on this path shared its bottleneck with other traffic (the throughput check's shared-bottleneck: a standing queue at a rate well below the capacity a packet-train probe measured): this rate is a share of a busy link at the time of the test, not what the line can do; run again when the link is quiet.",
+        _ => "",
     };
     let mut f = f
         .summary(format!(
@@ -1352,6 +1352,9 @@ mod tests {
         assert!(f.summary.contains("token-bucket policer"), "{}", f.summary);
         let f = judge(Way::Download, Some(19e6), Some("link-limited"), &t);
         assert!(!f.summary.contains("policer"), "{}", f.summary);
+        let f = judge(Way::Download, Some(19e6), Some("shared-bottleneck"), &t);
+        assert_eq!(f.id, "ssh-network-limited");
+        assert!(f.summary.contains("busy link"), "{}", f.summary);
     }
 
     #[test]

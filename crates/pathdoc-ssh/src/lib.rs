@@ -459,11 +459,15 @@ fn raw_tcp(
                 let bps = basis.as_ref().map(|b| b.rate_bps);
                 let whole = run.directions.first().map(|d| d.goodput_bps);
                 let label_of_basis = basis.map(|b| b.label);
-                // The second finding of a direction is pathdoc-speed's "limited by" verdict.
+                // The second finding of a direction is pathdoc-speed's "limited by" verdict; a
+                // shared bottleneck (the path set the rate, a fraction of the probed capacity)
+                // says more about that path than "link-limited".
                 let limit = run.directions.first().and_then(|d| {
-                    pathdoc_speed::diagnose_direction(d)
-                        .get(1)
-                        .map(|f| f.id.clone())
+                    let findings = pathdoc_speed::diagnose_direction(d);
+                    if findings.iter().any(|f| f.id == "shared-bottleneck") {
+                        return Some("shared-bottleneck".to_string());
+                    }
+                    findings.get(1).map(|f| f.id.clone())
                 });
                 if let Some(b) = bps {
                     progress.note(&format!(
