@@ -414,7 +414,7 @@ pub(crate) fn latency_under_load(c: &ConnSummary, s: &Side<'_>, out: &mut Vec<Fi
         if bad { ", which users feel as lag" } else { "" }
     ))
     .requirement(format!("reported from a {LATENCY_INFO_FROM_MS:.0} ms increase (grade B); WARN from {WARN_FROM_MS:.0} ms (grade C or worse)"))
-    .evidence(Evidence::new("RTT idle", Quantity::Seconds(idle_ms / 1e3)).with_detail(if c.handshake_rtt_ms.is_some() { "the handshake's, or the smallest under load" } else { "the smallest of the connection" }))
+    .evidence(Evidence::new("RTT idle", Quantity::Seconds(idle_ms / 1e3)).with_detail(if c.handshake_rtt_ms.is_some() { "the handshake's, or the smallest under load" } else { "no handshake in the capture: the smallest RTT seen, which a queue already standing when the capture started inflates (the increase is then a lower bound)" }))
     .evidence(Evidence::new("RTT under load (median of the busy bins' means)", Quantity::Seconds(loaded_ms / 1e3)).with_detail(format!("{} bins of {:.0} ms delivering ≥ {:.0} % of the busiest", u.bins, u.bin_s * 1e3, LOADED_SHARE * 100.0)))
     .evidence(Evidence::new("highest RTT under load", Quantity::Seconds(highest / 1e3)))
     .evidence(Evidence::new("increase (queueing delay)", Quantity::Seconds(increase / 1e3)))

@@ -20,7 +20,8 @@ pub fn current() -> Provenance {
     let uname = pathdoc_sys::host_info::uname();
     Provenance {
         started: pathdoc_sys::host_info::iso8601_local(wall),
-        duration_s: (mono.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+        // Milliseconds: an analysis of a small capture takes tens of them (0.1 s steps read "0 µs").
+        duration_s: (mono.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
         pathdoc_version: env!("CARGO_PKG_VERSION").to_string(),
         commit: env!("PATHDOC_GIT_COMMIT").to_string(),
         hostname: uname
