@@ -90,7 +90,7 @@ pub const FINDING_IDS: &[FindingId] = &[
     },
     FindingId {
         id: "loss-asymmetry",
-        meaning: "alike rates, but one direction loses ≥ 0.5 % on the path and the other ≥ 10× less, and the lossy direction's loss is not mostly its own queue overflow (bursts while a queue stood: BBR probing a shaped path): WARN",
+        meaning: "alike rates, but one direction loses ≥ 0.5 % on the path and the other ≥ 10× less, and the lossy direction's loss is not mostly its own queue overflow (bursts while a queue stood: BBR probing a shaped path) and persists in the steady state (not only the ramp-up): WARN",
     },
     FindingId {
         id: "congestion-control-comparison",
