@@ -39,9 +39,9 @@ pub struct Bin {
 
 impl Bin {
     fn merge(&mut self, o: &Bin) {
-        self.sent += o.sent;
-        self.repaired += o.repaired;
-        self.delivered += o.delivered;
+        self.sent = self.sent.saturating_add(o.sent);
+        self.repaired = self.repaired.saturating_add(o.repaired);
+        self.delivered = self.delivered.saturating_add(o.delivered);
         if o.rtt_n > 0 {
             self.rtt_min_us = if self.rtt_n == 0 {
                 o.rtt_min_us
@@ -49,8 +49,8 @@ impl Bin {
                 self.rtt_min_us.min(o.rtt_min_us)
             };
         }
-        self.rtt_n += o.rtt_n;
-        self.rtt_sum_us += o.rtt_sum_us;
+        self.rtt_n = self.rtt_n.saturating_add(o.rtt_n);
+        self.rtt_sum_us = self.rtt_sum_us.saturating_add(o.rtt_sum_us);
     }
 
     fn add_rtt(&mut self, us: u32) {
@@ -59,8 +59,8 @@ impl Bin {
         } else {
             self.rtt_min_us.min(us)
         };
-        self.rtt_n += 1;
-        self.rtt_sum_us += u64::from(us);
+        self.rtt_n = self.rtt_n.saturating_add(1);
+        self.rtt_sum_us = self.rtt_sum_us.saturating_add(u64::from(us));
     }
 
     pub fn rtt_mean_us(&self) -> Option<f64> {
