@@ -16,7 +16,7 @@ use pathdoc_core::{Evidence, Finding, Host, Quantity, Remedy, Status};
 
 use crate::diagnose::{finding, pct, Side};
 use crate::loss::LossCount;
-use crate::summary::{BinSummary, ConnSummary};
+use crate::summary::{ConnSummary, DirTimeline};
 
 /// Loss a policer verdict needs: share of the data segments and segments (policed traces lose
 /// several percent: Flach et al. measured 6× the loss of unpoliced ones).
@@ -50,7 +50,7 @@ pub const SQM_SHARE: f64 = 0.9;
 
 /// One direction's bins with the whole path's round trip per bin.
 struct Series<'a> {
-    tx: &'a [BinSummary],
+    tx: &'a DirTimeline,
     bin_s: f64,
     /// Smallest and mean path round trip per bin, ms (None: no sample of the far loop).
     rtt_min: Vec<Option<f64>>,
@@ -61,7 +61,7 @@ struct Series<'a> {
 
 impl Series<'_> {
     fn rate_bps(&self, k: usize) -> f64 {
-        self.tx[k].delivered_bytes as f64 * 8.0 / self.bin_s
+        self.tx.delivered_bytes[k] as f64 * 8.0 / self.bin_s
     }
 
     fn queue_threshold_ms(&self) -> f64 {
@@ -78,9 +78,11 @@ fn series<'a>(c: &'a ConnSummary, s: &Side<'_>) -> Option<Series<'a>> {
         pathdoc_core::Direction::ClientToServer => (&t.client_to_server, &t.server_to_client),
         _ => (&t.server_to_client, &t.client_to_server),
     };
-    let global_min = |bins: &[BinSummary]| {
-        bins.iter()
-            .filter_map(|b| b.rtt_min_ms)
+    let global_min = |bins: &DirTimeline| {
+        bins.rtt_min_ms
+            .iter()
+            .flatten()
+            .copied()
             .fold(f64::INFINITY, f64::min)
     };
     let (far, near) = if global_min(tx) >= global_min(rx) {
@@ -94,12 +96,30 @@ fn series<'a>(c: &'a ConnSummary, s: &Side<'_>) -> Option<Series<'a>> {
     let near_min = Some(global_min(near))
         .filter(|m| m.is_finite())
         .unwrap_or(0.0);
-    let near_at = |k: usize| near.get(k).and_then(|b| b.rtt_min_ms).unwrap_or(near_min);
+    let near_at = |k: usize| {
+        near.rtt_min_ms
+            .get(k)
+            .copied()
+            .flatten()
+            .unwrap_or(near_min)
+    };
     let rtt_min: Vec<Option<f64>> = (0..tx.len())
-        .map(|k| far.get(k)?.rtt_min_ms.map(|m| m + near_at(k)))
+        .map(|k| {
+            far.rtt_min_ms
+                .get(k)
+                .copied()
+                .flatten()
+                .map(|m| m + near_at(k))
+        })
         .collect();
     let rtt_mean = (0..tx.len())
-        .map(|k| far.get(k)?.rtt_mean_ms.map(|m| m + near_at(k)))
+        .map(|k| {
+            far.rtt_mean_ms
+                .get(k)
+                .copied()
+                .flatten()
+                .map(|m| m + near_at(k))
+        })
         .collect();
     let smallest = rtt_min
         .iter()
@@ -144,7 +164,7 @@ fn policed(c: &ConnSummary, s: &Side<'_>, sr: &Series<'_>) -> Option<Policed> {
         return None;
     }
     let loss_bins: Vec<usize> = (0..sr.tx.len())
-        .filter(|&k| sr.tx[k].repaired_bytes > 0)
+        .filter(|&k| sr.tx.repaired_bytes[k] > 0)
         .collect();
     let first = *loss_bins.first()?;
     // The round trip around the loss: the smaller of this bin's and the one before (a queue that
@@ -161,10 +181,10 @@ fn policed(c: &ConnSummary, s: &Side<'_>, sr: &Series<'_>) -> Option<Policed> {
     let mut rtts = Vec::new();
     for &k in &loss_bins {
         if let Some(r) = loss_rtt(k) {
-            judged += sr.tx[k].repaired_bytes;
+            judged += sr.tx.repaired_bytes[k];
             rtts.push(r);
             if r <= sr.idle_ms + sr.queue_threshold_ms() {
-                calm += sr.tx[k].repaired_bytes;
+                calm += sr.tx.repaired_bytes[k];
             }
         }
     }
@@ -175,7 +195,7 @@ fn policed(c: &ConnSummary, s: &Side<'_>, sr: &Series<'_>) -> Option<Policed> {
     // The plateau: from the first loss to the last full bin (the capture's last bin is cut
     // short). Its median rate, not its mean: the bucket's last credit in the first loss bin and
     // each recovery's cumulative ACK make single bins spike.
-    let last_data = sr.tx.iter().rposition(|b| b.delivered_bytes > 0)?;
+    let last_data = sr.tx.delivered_bytes.iter().rposition(|&b| b > 0)?;
     let last = if last_data > first + PLATEAU_MIN_BINS {
         last_data - 1
     } else {
@@ -219,7 +239,7 @@ fn burst_estimate(sr: &Series<'_>, first_loss: usize, rate_bps: f64) -> u64 {
     let mut delivered = 0.0;
     let mut ahead: f64 = 0.0;
     for k in 0..first_loss {
-        delivered += sr.tx[k].delivered_bytes as f64;
+        delivered += sr.tx.delivered_bytes[k] as f64;
         ahead = ahead.max(delivered - rate_bps / 8.0 * (k + 1) as f64 * sr.bin_s);
     }
     ahead.max(0.0) as u64

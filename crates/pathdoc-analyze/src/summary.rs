@@ -94,24 +94,35 @@ pub struct TimelineSummary {
     /// Seconds from the connection's first packet to the start of the first bin.
     pub start_s: f64,
     pub bin_s: f64,
-    pub client_to_server: Vec<BinSummary>,
-    pub server_to_client: Vec<BinSummary>,
+    pub client_to_server: DirTimeline,
+    pub server_to_client: DirTimeline,
 }
 
-/// One bin of one direction.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
-pub struct BinSummary {
+/// One direction's bins, a list per figure (one JSON array each, not an object per bin: a
+/// capture's report holds up to 2 000 of them).
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+pub struct DirTimeline {
     /// New payload bytes sent.
-    pub sent_bytes: u64,
+    pub sent_bytes: Vec<u64>,
     /// Payload that repaired a loss (retransmissions that were not spurious, hole fills).
-    pub repaired_bytes: u64,
+    pub repaired_bytes: Vec<u64>,
     /// This direction's bytes the peer newly acknowledged.
-    pub delivered_bytes: u64,
+    pub delivered_bytes: Vec<u64>,
     /// Round trips of the loop capture point → this direction's receiver → capture point
     /// (Karn samples of its data and TCP timestamp echoes).
-    pub rtt_samples: u32,
-    pub rtt_min_ms: Option<f64>,
-    pub rtt_mean_ms: Option<f64>,
+    pub rtt_samples: Vec<u32>,
+    pub rtt_min_ms: Vec<Option<f64>>,
+    pub rtt_mean_ms: Vec<Option<f64>>,
+}
+
+impl DirTimeline {
+    pub fn len(&self) -> usize {
+        self.delivered_bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.delivered_bytes.is_empty()
+    }
 }
 
 /// Sequence-space holes of one direction (see `DirSummary::gaps`).
@@ -318,19 +329,22 @@ fn dir_summary(st: &DirStats, conn_last_ns: i64, window_scale_known: bool) -> Di
 }
 
 fn timeline_summary(t: &Timeline, c: &Connection, client: usize) -> TimelineSummary {
-    let used = t.used();
     let bins = |d: usize| {
-        t.bins[d][..used]
-            .iter()
-            .map(|b| BinSummary {
-                sent_bytes: b.sent,
-                repaired_bytes: b.repaired,
-                delivered_bytes: b.delivered,
-                rtt_samples: b.rtt_n,
-                rtt_min_ms: (b.rtt_n > 0).then(|| f64::from(b.rtt_min_us) / 1e3),
-                rtt_mean_ms: b.rtt_mean_us().map(|us| us / 1e3),
-            })
-            .collect()
+        let b = &t.bins[d][..t.used()];
+        DirTimeline {
+            sent_bytes: b.iter().map(|b| b.sent).collect(),
+            repaired_bytes: b.iter().map(|b| b.repaired).collect(),
+            delivered_bytes: b.iter().map(|b| b.delivered).collect(),
+            rtt_samples: b.iter().map(|b| b.rtt_n).collect(),
+            rtt_min_ms: b
+                .iter()
+                .map(|b| (b.rtt_n > 0).then(|| f64::from(b.rtt_min_us) / 1e3))
+                .collect(),
+            rtt_mean_ms: b
+                .iter()
+                .map(|b| b.rtt_mean_us().map(|us| us / 1e3))
+                .collect(),
+        }
     };
     TimelineSummary {
         start_s: secs(t.start_ns.saturating_sub(c.first_ns)),
