@@ -29,7 +29,7 @@ pub const FINDING_IDS: &[FindingId] = &[
     },
     FindingId {
         id: "latency-under-load",
-        meaning: "a transfer's path RTT while it delivered ≥ 50 % of its busiest bin (median of ≥ 4 bins over ≥ 10 idle RTTs) against the idle RTT (the handshake's), graded like DSLReports' bufferbloat grade (A+ < 5 ms … F ≥ 400 ms increase): INFO from a 30 ms increase (grade B), WARN from 60 ms (C or worse) with SQM (cake/fq_codel shaped below the rate) on the router at the bottleneck",
+        meaning: "a transfer's path RTT while it delivered ≥ 50 % of its busiest bin and ≥ 8 full segments per idle RTT (median of ≥ 4 bins over ≥ 10 idle RTTs) against the idle RTT (the handshake's), graded like DSLReports' bufferbloat grade (A+ < 5 ms … F ≥ 400 ms increase): INFO from a 30 ms increase (grade B), WARN from 60 ms (C or worse) with SQM (cake/fq_codel shaped below the rate) on the router at the bottleneck",
     },
     FindingId {
         id: "zero-window-stall",

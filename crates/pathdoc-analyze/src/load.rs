@@ -43,8 +43,11 @@ pub const PACING_MARGIN: f64 = 0.95;
 pub const LATENCY_INFO_FROM_MS: f64 = 30.0;
 /// … over at least this many loaded bins, covering ≥ 10 idle round trips.
 pub const LATENCY_MIN_BINS: usize = 4;
-/// A bin is "loaded" when it delivered at least this share of the direction's busiest bin.
+/// A bin is "loaded" when it delivered at least this share of the direction's busiest bin …
 pub const LOADED_SHARE: f64 = 0.5;
+/// … and at least this many full segments per idle round trip (a bulk flight, acknowledged
+/// every second segment, not a delayed ACK's 40–200 ms per lone segment).
+pub const LOADED_MIN_SEGMENTS: f64 = 8.0;
 /// Shape the SQM this far below the delivered rate.
 pub const SQM_SHARE: f64 = 0.9;
 
@@ -85,7 +88,9 @@ fn series<'a>(c: &'a ConnSummary, s: &Side<'_>) -> Option<Series<'a>> {
             .copied()
             .fold(f64::INFINITY, f64::min)
     };
-    let (far, near) = if global_min(tx) >= global_min(rx) {
+    // A loop without samples (no timestamps, the other side sends no data) is the near one.
+    let finite_min = |bins: &DirTimeline| Some(global_min(bins)).filter(|m| m.is_finite());
+    let (far, near) = if finite_min(tx) >= finite_min(rx) {
         (tx, rx)
     } else {
         (rx, tx)
@@ -378,8 +383,12 @@ pub(crate) fn under_load(c: &ConnSummary, s: &Side<'_>) -> Option<UnderLoad> {
     if peak <= 0.0 {
         return None;
     }
+    // A bin is busy when it carried a bulk transfer's flight: interactive traffic (a keystroke
+    // at a time) is timed with the receiver's delayed ACK in its round trips, not a queue.
+    let mss = f64::from(s.tx.max_segment_bytes.clamp(536, 9000));
+    let bulk_bps = LOADED_MIN_SEGMENTS * mss * 8.0 / (sr.idle_ms / 1e3).max(1e-3);
     let loaded: Vec<usize> = (0..sr.tx.len())
-        .filter(|&k| sr.rate_bps(k) >= LOADED_SHARE * peak)
+        .filter(|&k| sr.rate_bps(k) >= (LOADED_SHARE * peak).max(bulk_bps))
         .collect();
     let mut rtts: Vec<f64> = loaded.iter().filter_map(|&k| sr.rtt_mean[k]).collect();
     let span_s = loaded.len() as f64 * sr.bin_s;

@@ -578,3 +578,21 @@ fn packets_carry_their_scaled_window_once_the_scale_is_known() {
     ];
     assert_eq!(windows(&mid), vec![None, None]);
 }
+
+/// Typing over ssh: one 100-byte segment every 300 ms for 12 s, each acknowledged 240 ms later
+/// (a 40 ms path and a 200 ms delayed ACK, Windows' default). Karn's samples are 240 ms against a
+/// 40 ms handshake, but no queue was there: no latency-under-load (it was a grade D WARN).
+#[test]
+fn interactive_typing_with_delayed_acks_is_no_latency_under_load() {
+    let mut pkts = handshake(Some(7), true, true);
+    let mut seq = 1001;
+    for k in 0..40i64 {
+        let at = 100_000 + k * 300_000;
+        pkts.push(pkt(at, true, seq, 5001, "A", 100));
+        seq += 100;
+        pkts.push(pkt(at + 240_000, false, 5001, seq, "A", 0));
+    }
+    pkts.sort_by_key(|p| p.us);
+    let all = findings(&pkts);
+    assert!(with_id(&all, "latency-under-load").is_empty(), "{all:#?}");
+}
