@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use pathdoc_capture::decode::{self, IcmpKind, L4, TH_ACK, TH_SYN};
 use pathdoc_capture::Packet;
-use pathdoc_core::Finding;
+use pathdoc_core::{Direction, Finding};
 use serde::Serialize;
 
 use crate::conn::{Connection, Endpoint, SegmentIn};
@@ -525,8 +525,8 @@ impl Analyzer {
         let summary = summarize(&c, start);
         self.totals.flags.merge(&summary.client_to_server.flags);
         self.totals.flags.merge(&summary.server_to_client.flags);
-        self.note_host_pair(&c, &summary);
         let findings = diagnose::connection(&summary);
+        self.note_host_pair(&c, &summary, &findings);
         let has_findings = findings
             .iter()
             .any(|f| f.status > pathdoc_core::Status::Info);
@@ -561,7 +561,10 @@ impl Analyzer {
         }
     }
 
-    fn note_host_pair(&mut self, c: &Connection, s: &ConnSummary) {
+    /// Add the connection's loss per direction to its host pair's — except a direction the
+    /// connection found policed: a policer's drops are explained, and the pair's "loss in one
+    /// direction: duplex mismatch or a bad link" would contradict that finding.
+    fn note_host_pair(&mut self, c: &Connection, s: &ConnSummary, findings: &[Finding]) {
         let (client, _) = c.client_dir();
         let key = (
             c.ends[client].addr.to_string(),
@@ -572,10 +575,17 @@ impl Analyzer {
         }
         let e = self.host_pairs.entry(key).or_default();
         e.connections += 1;
-        for (i, d) in [&s.client_to_server, &s.server_to_client]
-            .into_iter()
-            .enumerate()
-        {
+        let directions = [
+            (&s.client_to_server, Direction::ClientToServer),
+            (&s.server_to_client, Direction::ServerToClient),
+        ];
+        for (i, (d, dir)) in directions.into_iter().enumerate() {
+            let policed = findings
+                .iter()
+                .any(|f| f.id == "policer-limited" && f.direction == Some(dir));
+            if policed {
+                continue;
+            }
             let loss = LossCount::of(d);
             e.data[i] += loss.data_segments;
             e.lost[i] += loss.lost();

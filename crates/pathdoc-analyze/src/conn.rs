@@ -403,6 +403,12 @@ impl Connection {
                 !flags.any_retransmission() && !flags.has(Flags::OUT_OF_ORDER) && !lost.filled;
             t.on_data(d, ts, seg_len, new_data, lost.repair);
         }
+        if let Some((lo, hi)) = lost.hole {
+            let skipped = hi.wrapping_sub(lo);
+            if skipped < 1 << 30 {
+                t.on_skipped(d, ts, skipped);
+            }
+        }
         let acks_new = input.tcp.flags & TH_ACK != 0 && t.on_ack(1 - d, ts, rel_ack);
         if let Some(k) = karn {
             t.on_rtt(1 - d, ts, k);

@@ -25,7 +25,7 @@ pub const FINDING_IDS: &[FindingId] = &[
     },
     FindingId {
         id: "policer-limited",
-        meaning: "a direction losing ≥ 1 % (≥ 20) of its data segments, ≥ 50 % of the lost bytes in dense episodes (≥ 3 segments losing ≥ 25 % of the sequence range they span), ≥ 75 % of the repairs while the path RTT (both loops through the capture point, Karn and TCP timestamp echoes) stayed within max(5 ms, 20 %) of the idle RTT, and ≥ 60 % of the timeline's bins from the first loss within 67–150 % of the policed rate (their median goodput; Flach et al., SIGCOMM 2016, use the goodput between the first and last loss): a token-bucket policer (or a bottleneck with almost no buffer); replaces that direction's `tcp-loss-one-direction`; WARN with the policed rate at the IP layer, a burst lower bound, pacing (fq maxrate, BBR) on the sender and the enforced-vs-paid rate for the ISP",
+        meaning: "a direction losing ≥ 1 % (≥ 20) of its data segments, ≥ 50 % of the lost bytes in dense episodes (≥ 3 segments losing ≥ 25 % of the sequence range they span), ≥ 75 % of the repairs while the path RTT (both loops through the capture point, Karn and TCP timestamp echoes) stayed within max(5 ms, 20 %) of the idle RTT, and ≥ 60 % of the timeline's bins from the first loss within 67–150 % of the policed rate (their median goodput; Flach et al., SIGCOMM 2016, use the goodput between the first and last loss), the policed rate > 3× Mathis' bound at the measured segment loss and idle RTT (the loss did not set the rate; CUBIC on a link losing 4-packet bursts ran at 1.5×, policed transfers at ~10×), and the sender offering ≥ 1.2× that rate (new data, repairs and skipped bytes per bin) in some bin up to the last loss (a sender paced at the rate that loses anyway was not policed): a token-bucket policer (or a bottleneck with almost no buffer); replaces that direction's `tcp-loss-one-direction`; WARN with the policed rate at the IP layer, a burst lower bound, pacing (fq maxrate, BBR) on the sender and the enforced-vs-paid rate for the ISP",
     },
     FindingId {
         id: "latency-under-load",
@@ -58,7 +58,7 @@ pub const FINDING_IDS: &[FindingId] = &[
     // Per host pair (diagnose).
     FindingId {
         id: "loss-concentrated-one-direction",
-        meaning: "between two hosts, over all their connections, one direction loses ≥ 1 % and ≥ 20 segments, and its 95 % lower bound is ≥ 4 × the other direction's upper bound (Wilson intervals; seed 001): FAIL",
+        meaning: "between two hosts, over all their connections, one direction loses ≥ 1 % and ≥ 20 segments, and its 95 % lower bound is ≥ 4 × the other direction's upper bound (Wilson intervals; seed 001); directions a connection found policer-limited are left out: FAIL",
     },
     // The capture's clock (clock).
     FindingId {

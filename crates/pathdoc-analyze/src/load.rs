@@ -37,6 +37,14 @@ pub const PLATEAU_BAND: (f64, f64) = (2.0 / 3.0, 1.5);
 pub const PLATEAU_SHARE: f64 = 0.6;
 /// Bins (at least) over which the plateau is judged.
 pub const PLATEAU_MIN_BINS: usize = 4;
+/// The sender must have offered at least this much more than the policed rate in some bin up to
+/// the last loss: a policer drops the excess of a sender that exceeds it. A sender paced at the
+/// plateau that loses anyway (a busy host's queue) was not policed.
+pub const OFFERED_ABOVE_PLATEAU: f64 = 1.2;
+/// The policed rate must exceed Mathis' bound at the measured loss by this factor: the loss did
+/// not set the rate. Policed lab transfers ran at ~10× it; CUBIC on a link losing 4-packet bursts
+/// (3.2 %, 20 ms) at 1.5× — segment loss in bursts overstates the loss events CUBIC reacts to.
+pub const MATHIS_FACTOR: f64 = 3.0;
 /// Pace this far below the policed rate.
 pub const PACING_MARGIN: f64 = 0.95;
 /// Latency under load is reported from this increase (grade B or worse) …
@@ -65,6 +73,13 @@ struct Series<'a> {
 impl Series<'_> {
     fn rate_bps(&self, k: usize) -> f64 {
         self.tx.delivered_bytes[k] as f64 * 8.0 / self.bin_s
+    }
+
+    /// What the sender put on the path in bin `k`, as far as this capture point can tell: new
+    /// data that passed it, repairs, and data its sequence numbers skipped (lost before it).
+    fn offered_bps(&self, k: usize) -> f64 {
+        let t = self.tx;
+        (t.sent_bytes[k] + t.repaired_bytes[k] + t.skipped_bytes[k]) as f64 * 8.0 / self.bin_s
     }
 
     fn queue_threshold_ms(&self) -> f64 {
@@ -156,6 +171,8 @@ struct Policed {
     loss_rtt_ms: f64,
     burst_bytes: u64,
     span_s: (f64, f64),
+    /// The most the sender offered in one bin up to the last loss.
+    offered_peak_bps: f64,
 }
 
 fn policed(c: &ConnSummary, s: &Side<'_>, sr: &Series<'_>) -> Option<Policed> {
@@ -219,6 +236,20 @@ fn policed(c: &ConnSummary, s: &Side<'_>, sr: &Series<'_>) -> Option<Policed> {
     if rate_bps <= 0.0 || (in_band as f64) < PLATEAU_SHARE * bins as f64 {
         return None;
     }
+    // Loss that explains the rate (a loss-based sender at Mathis' bound) is the link's, bursts
+    // or not: a policer holds a sender far above what its loss alone would allow.
+    let mss = f64::from(s.tx.max_segment_bytes.clamp(536, 9000));
+    let mathis_bps = crate::diagnose::mathis_bps(mss, sr.idle_ms / 1e3, count.share());
+    if rate_bps <= MATHIS_FACTOR * mathis_bps {
+        return None;
+    }
+    let last_loss = *loss_bins.last()?;
+    let offered_peak = (0..=last_loss)
+        .map(|k| sr.offered_bps(k))
+        .fold(0.0, f64::max);
+    if offered_peak < OFFERED_ABOVE_PLATEAU * rate_bps {
+        return None;
+    }
     Some(Policed {
         count,
         rate_bps,
@@ -227,6 +258,7 @@ fn policed(c: &ConnSummary, s: &Side<'_>, sr: &Series<'_>) -> Option<Policed> {
         no_queue_share,
         loss_rtt_ms: median(&mut rtts),
         burst_bytes: burst_estimate(sr, first, rate_bps),
+        offered_peak_bps: offered_peak,
         span_s: (
             start_s(c) + first as f64 * sr.bin_s,
             start_s(c) + (last + 1) as f64 * sr.bin_s,
@@ -303,15 +335,11 @@ pub(crate) fn policer(c: &ConnSummary, s: &Side<'_>) -> Option<Finding> {
         ep.dense_episodes,
         ep.episodes,
         ep.dense_lost_bytes as f64 * 100.0 / ep.lost_bytes.max(1) as f64,
-        if p.rate_bps > 1.5 * mathis {
-            format!(" Random loss of {:.1} % would hold a loss-based sender near {} (Mathis' bound); this one ran at {}, so the loss did not set the rate: the policer did.", share * 100.0, format_rate(mathis), format_rate(p.rate_bps))
-        } else {
-            String::new()
-        },
+        format!(" Random loss of {:.1} % would hold a loss-based sender near {} (Mathis' bound); this one ran at {}, so the loss did not set the rate: the policer did.", share * 100.0, format_rate(mathis), format_rate(p.rate_bps)),
         format_bytes(p.burst_bytes)
     ))
     .requirement(format!(
-        "flagged when ≥ {:.0} % (≥ {POLICER_MIN_LOST}) of the data segments are lost, ≥ {:.0} % of the lost bytes in dense episodes (≥ 3 segments losing ≥ 25 % of their span), ≥ {:.0} % of the repairs while the RTT stayed within max({QUEUE_MIN_MS:.0} ms, {:.0} %) of the idle RTT, and ≥ {:.0} % of the bins from the first loss on within {:.0}–{:.0} % of the policed rate (their median goodput; Flach et al. take the goodput between the first and last loss)",
+        "flagged when ≥ {:.0} % (≥ {POLICER_MIN_LOST}) of the data segments are lost, ≥ {:.0} % of the lost bytes in dense episodes (≥ 3 segments losing ≥ 25 % of their span), ≥ {:.0} % of the repairs while the RTT stayed within max({QUEUE_MIN_MS:.0} ms, {:.0} %) of the idle RTT, ≥ {:.0} % of the bins from the first loss on within {:.0}–{:.0} % of the policed rate (their median goodput; Flach et al. take the goodput between the first and last loss), that rate > {MATHIS_FACTOR:.1}× Mathis' bound at the measured loss and idle RTT, and the sender offering ≥ {OFFERED_ABOVE_PLATEAU:.1}× that rate in some bin up to the last loss (a sender paced at the rate that loses anyway was not policed)",
         POLICER_MIN_LOSS * 100.0,
         DENSE_LOSS_SHARE * 100.0,
         NO_QUEUE_SHARE * 100.0,
@@ -326,6 +354,7 @@ pub(crate) fn policer(c: &ConnSummary, s: &Side<'_>) -> Option<Finding> {
     .evidence(Evidence::new("loss episodes: dense / all", Quantity::Text(format!("{} / {} (largest {} segments)", ep.dense_episodes, ep.episodes, ep.largest_segments))).with_detail(format!("{} of {} lost", format_bytes(ep.dense_lost_bytes), format_bytes(ep.lost_bytes))))
     .evidence(Evidence::new("RTT while losing vs idle", Quantity::Text(format!("{:.1} ms vs {:.1} ms", p.loss_rtt_ms, sr.idle_ms))).with_detail(format!("{:.0} % of the repaired bytes within the {:.1} ms queue threshold", p.no_queue_share * 100.0, sr.queue_threshold_ms())))
     .evidence(Evidence::new("Mathis' bound at this loss and RTT", Quantity::Rate(mathis)).with_detail("what a loss-based sender could reach if the loss were random"))
+    .evidence(Evidence::new("most the sender offered in one bin", Quantity::Rate(p.offered_peak_bps)).with_detail(format!("{:.1}× the policed rate: it exceeded the rate and the excess was dropped", p.offered_peak_bps / p.rate_bps)))
     .evidence(Evidence::new("burst allowance, lower bound", Quantity::Bytes(p.burst_bytes)).with_detail("most the delivered bytes ran ahead of the policed rate before the first loss"));
     Some(policer_remedies(f, s, ip_bps, pace))
 }

@@ -108,6 +108,8 @@ pub struct DirTimeline {
     pub repaired_bytes: Vec<u64>,
     /// This direction's bytes the peer newly acknowledged.
     pub delivered_bytes: Vec<u64>,
+    /// Bytes its sequence numbers skipped (sent, lost before the capture point).
+    pub skipped_bytes: Vec<u64>,
     /// Round trips of the loop capture point → this direction's receiver → capture point
     /// (Karn samples of its data and TCP timestamp echoes).
     pub rtt_samples: Vec<u32>,
@@ -335,6 +337,7 @@ fn timeline_summary(t: &Timeline, c: &Connection, client: usize) -> TimelineSumm
             sent_bytes: b.iter().map(|b| b.sent).collect(),
             repaired_bytes: b.iter().map(|b| b.repaired).collect(),
             delivered_bytes: b.iter().map(|b| b.delivered).collect(),
+            skipped_bytes: b.iter().map(|b| b.skipped).collect(),
             rtt_samples: b.iter().map(|b| b.rtt_n).collect(),
             rtt_min_ms: b
                 .iter()

@@ -31,6 +31,8 @@ pub struct Bin {
     pub repaired: u64,
     /// This direction's bytes the peer newly acknowledged.
     pub delivered: u64,
+    /// Bytes a hole in the sequence space skipped (sent, never arrived here: lost upstream).
+    pub skipped: u64,
     /// Round-trip samples of this direction's loop, µs.
     pub rtt_min_us: u32,
     pub rtt_n: u32,
@@ -42,6 +44,7 @@ impl Bin {
         self.sent = self.sent.saturating_add(o.sent);
         self.repaired = self.repaired.saturating_add(o.repaired);
         self.delivered = self.delivered.saturating_add(o.delivered);
+        self.skipped = self.skipped.saturating_add(o.skipped);
         if o.rtt_n > 0 {
             self.rtt_min_us = if self.rtt_n == 0 {
                 o.rtt_min_us
@@ -130,6 +133,12 @@ impl Timeline {
         } else if new_data {
             b.sent += u64::from(len);
         }
+    }
+
+    /// Direction `d`'s sequence numbers skipped `bytes` at `ts` (a hole: lost before the capture).
+    pub fn on_skipped(&mut self, d: usize, ts: i64, bytes: u32) {
+        let b = self.bin(d, ts);
+        b.skipped = b.skipped.saturating_add(u64::from(bytes));
     }
 
     /// The other side acknowledged direction `d`'s data up to `rel_ack`; true when that was

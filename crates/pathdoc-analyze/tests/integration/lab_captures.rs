@@ -11,14 +11,22 @@ use pathdoc_capture::CaptureReader;
 use pathdoc_core::{Finding, Quantity, Status};
 
 fn analyse(name: &str) -> CaptureAnalysis {
-    let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "tests/fixtures/lab", name]
-        .iter()
-        .collect();
-    let input = open_input(path.to_str().unwrap()).unwrap();
-    let mut r = CaptureReader::new(input).unwrap();
+    analyse_in_order(&[name])
+}
+
+/// The captures' packets one after the other through one analyzer, as a capture holding both
+/// (they were recorded in this order, so time only runs forward).
+fn analyse_in_order(names: &[&str]) -> CaptureAnalysis {
     let mut a = Analyzer::new(Options::default());
-    while let Some(p) = r.next_packet().unwrap() {
-        a.process(&p);
+    for name in names {
+        let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "tests/fixtures/lab", name]
+            .iter()
+            .collect();
+        let input = open_input(path.to_str().unwrap()).unwrap();
+        let mut r = CaptureReader::new(input).unwrap();
+        while let Some(p) = r.next_packet().unwrap() {
+            a.process(&p);
+        }
     }
     a.finish()
 }
@@ -94,5 +102,32 @@ fn bursty_link_loss_is_loss_not_a_policer() {
     assert_eq!(
         ids(&a),
         [("tcp-loss-one-direction".to_string(), Status::Fail)]
+    );
+}
+
+/// A policed download and a clean upload between the same two hosts (both recorded on the
+/// client): the host pair's "loss in one direction only — duplex mismatch or a bad link" must
+/// not stand beside the policer that explains that loss.
+#[test]
+fn a_policed_direction_is_no_host_pair_loss_asymmetry() {
+    let a = analyse_in_order(&["policed-line-client.pcap.gz", "bloated-up-client.pcap.gz"]);
+    let ids = ids(&a);
+    assert!(ids.iter().any(|(id, _)| id == "policer-limited"), "{ids:?}");
+    assert!(
+        !ids.iter()
+            .any(|(id, _)| id == "loss-concentrated-one-direction"),
+        "{ids:?}"
+    );
+}
+
+/// CUBIC through a link that loses 4-packet bursts (every 120 packets, 20 ms RTT): dense bursts,
+/// no queue, a flat rate — but the loss sets that rate (1.5× Mathis' bound at the segment loss,
+/// a policer holds a sender ~10× above it): loss, not a policer.
+#[test]
+fn a_link_losing_bursts_is_loss_not_a_policer() {
+    let a = analyse("burst4-up-client.pcap.gz");
+    assert_eq!(
+        ids(&a),
+        [("tcp-loss-one-direction".to_string(), Status::Warn)]
     );
 }
