@@ -321,7 +321,7 @@ pub(crate) fn policer(c: &ConnSummary, s: &Side<'_>) -> Option<Finding> {
     )
     .direction(s.dir)
     .summary(format!(
-        "From the first loss on ({:.1}–{:.1} s) the {} delivered a steady {} ({} of {} bins within {:.0}–{:.0} % of it), and the round trip while it lost stayed at the idle one ({:.1} ms against {:.1} ms idle): nothing queued before the drops, so no buffer filled — a shaper or a congested link delays before it drops. The drops came in bursts: {} of {} loss episodes lost ≥ 25 % of the segments they spanned ({:.0} % of the lost bytes), where a lossy link drops a segment here and there. That is a token-bucket policer (Flach et al., SIGCOMM 2016), as ISPs and clouds use to enforce a plan, or a bottleneck with almost no buffer; nothing is broken, but every packet above the rate is thrown away and resent.{} Burst allowance: the transfer ran {} ahead of the policed rate before the first drop (a lower bound of the bucket).",
+        "From the first loss on ({:.1}–{:.1} s) the {} delivered a steady {} ({} of {} bins within {:.0}–{:.0} % of it), and the round trip while it lost stayed at the idle one ({:.1} ms against {:.1} ms idle): nothing queued before the drops, so no buffer filled — a shaper or a congested link delays before it drops. The drops came in bursts: {} of {} loss episodes lost ≥ 25 % of the segments they spanned ({:.0} % of the lost bytes), where a lossy link drops a segment here and there. That is a token-bucket policer (Flach et al., SIGCOMM 2016), as ISPs and clouds use to enforce a plan, or a bottleneck with almost no buffer; nothing is broken, but every packet above the rate is thrown away and resent. Random loss of {:.1} % would hold a loss-based sender near {} (Mathis' bound); this one ran at {}, so the loss did not set the rate: the policer did. Burst allowance: the transfer ran {} ahead of the policed rate before the first drop (a lower bound of the bucket).",
         p.span_s.0,
         p.span_s.1,
         s.sender,
@@ -335,7 +335,9 @@ pub(crate) fn policer(c: &ConnSummary, s: &Side<'_>) -> Option<Finding> {
         ep.dense_episodes,
         ep.episodes,
         ep.dense_lost_bytes as f64 * 100.0 / ep.lost_bytes.max(1) as f64,
-        format!(" Random loss of {:.1} % would hold a loss-based sender near {} (Mathis' bound); this one ran at {}, so the loss did not set the rate: the policer did.", share * 100.0, format_rate(mathis), format_rate(p.rate_bps)),
+        share * 100.0,
+        format_rate(mathis),
+        format_rate(p.rate_bps),
         format_bytes(p.burst_bytes)
     ))
     .requirement(format!(
