@@ -176,10 +176,10 @@ cpu_max_percent = 10
     },
     ScenarioInfo {
         name: "policed-line",
-        summary: "home NAT, 40 ms RTT, a 100 Mbit/s line policed to 20 Mbit/s each way (64 KiB bucket): loss without queueing",
+        summary: "home NAT, 40 ms RTT, a 100 Mbit/s line policed to 20 Mbit/s each way (nftables bucket: 1 s at the rate + 64 KiB): loss without queueing",
         seed: "ISPs and clouds enforce plans with token-bucket policers that drop the excess; policed connections lose ~6x more (Flach et al., SIGCOMM 2016)",
         toml: r#"
-description = "home NAT, 40 ms RTT, 100 Mbit/s line with a 20 Mbit/s token-bucket policer (64 KiB burst) each way"
+description = "home NAT, 40 ms RTT, 100 Mbit/s line with a 20 Mbit/s token-bucket policer (bucket 1 s at the rate + 64 KiB) each way"
 [[hop]]
 kind = "nat"
 [[link]]

@@ -411,13 +411,22 @@ pub struct DirectionSpec {
 }
 
 /// A token-bucket policer (nftables `limit rate over … burst … drop` at the receiving interface):
-/// IP bytes beyond `rate` are dropped at once once the `burst` allowance is spent — nothing is
-/// queued, unlike the tbf of `rate`. What ISPs and clouds use to enforce a plan.
+/// IP bytes beyond `rate` are dropped at once once the bucket ([`Police::bucket_bytes`]: a
+/// second at the rate plus `burst`) is spent — nothing is queued, unlike the tbf of `rate`. What
+/// ISPs and clouds use to enforce a plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Police {
     pub rate: Rate,
     pub burst: Size,
+}
+
+impl Police {
+    /// The bucket the kernel builds: nftables' byte-mode `limit` holds one second at the rate
+    /// plus the burst (`nft_limit_init`: tokens_max = unit × (rate + burst) / rate, unit 1 s).
+    pub fn bucket_bytes(&self) -> u64 {
+        self.rate.bits_per_second / 8 + self.burst.bytes
+    }
 }
 
 /// Background bulk TCP flows (iperf3, `flows` parallel streams) between two extra hosts hung off
@@ -1084,8 +1093,12 @@ impl Topology {
                 }
                 if let Some(p) = d.police {
                     parts.push(format!(
-                        "policer {} (burst {}), excess dropped",
-                        p.rate, p.burst
+                        "policer {} (bucket {}: one second at the rate + burst {}), excess dropped",
+                        p.rate,
+                        Size {
+                            bytes: p.bucket_bytes()
+                        },
+                        p.burst
                     ));
                 }
                 if d.delay_ms > 0.0 {
@@ -1284,7 +1297,7 @@ burst_loss = { every_packets = 100, burst_packets = 3 }
         let faults = t.describe_faults().join("\n");
         assert!(
             faults.contains("queue 500 ms")
-                && faults.contains("policer 20.0 Mbit/s (burst 64.0 KiB)"),
+                && faults.contains("policer 20.0 Mbit/s (bucket 2.45 MiB: one second at the rate + burst 64.0 KiB)"),
             "{faults}"
         );
         assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t);
