@@ -6,9 +6,11 @@
 //! in dense bursts (an empty bucket drops most of what arrives), at a steady delivery rate —
 //! the signature Flach et al. use on server-side traces ("An Internet-Wide Analysis of Traffic
 //! Policing", SIGCOMM 2016), who take the goodput between the first and the last loss as the
-//! policed rate; here the median bin from the first loss on (a policed sender never runs above
-//! it for long without loss, and the median ignores the recovery spikes). A lossy link drops a segment here and there (sparse episodes); a shaper or a full
-//! queue delays before it drops (the RTT grows).
+//! policed rate: the bucket is empty at every drop. Here that is what passed a capture point
+//! downstream of the drops between them; upstream, where only cumulative ACKs tell what passed,
+//! the median bin from the first loss on (the median ignores a repair's spike). A lossy link
+//! drops a segment here and there (sparse episodes); a shaper or a full queue delays before it
+//! drops (the RTT grows).
 
 use pathdoc_core::bufferbloat::{grade, GRADES_TEXT, WARN_FROM_MS};
 use pathdoc_core::units::{format_bytes, format_rate};
@@ -162,6 +164,8 @@ fn series<'a>(c: &'a ConnSummary, s: &Side<'_>) -> Option<Series<'a>> {
 struct Policed {
     count: LossCount,
     rate_bps: f64,
+    /// How the rate was read.
+    rate_basis: RateBasis,
     /// Bins of the plateau, and how many delivered within the band.
     plateau_bins: usize,
     plateau_in_band: usize,
@@ -173,6 +177,74 @@ struct Policed {
     span_s: (f64, f64),
     /// The most the sender offered in one bin up to the last loss.
     offered_peak_bps: f64,
+}
+
+/// Where the policed rate came from.
+#[derive(Clone, Copy)]
+enum RateBasis {
+    /// Payload that passed a capture point downstream of the drops, between the first and the
+    /// last bin it saw a hole in (their interior bins).
+    BetweenDrops { bins: usize },
+    /// The median bin delivered (by acknowledgment) from the first loss on.
+    MedianBin,
+}
+
+impl RateBasis {
+    fn evidence(self, rate_bps: f64, bin_s: f64, p: &Policed) -> Evidence {
+        match self {
+            RateBasis::BetweenDrops { bins } => Evidence::new(
+                "goodput between the drops",
+                Quantity::Goodput(rate_bps),
+            )
+            .with_detail(format!(
+                "payload that passed the capture point (downstream of the drops) in the {bins} bins of {:.0} ms between the first and the last one with a hole: an empty bucket at both ends passes exactly its rate",
+                bin_s * 1e3
+            )),
+            RateBasis::MedianBin => Evidence::new(
+                "goodput from the first loss on (median bin)",
+                Quantity::Goodput(rate_bps),
+            )
+            .with_detail(format!(
+                "acknowledged payload, {:.1}–{:.1} s, {} bins of {:.0} ms (the capture point is upstream of the drops: a repair's cumulative ACK credits earlier bytes to its bin, so the median)",
+                p.span_s.0,
+                p.span_s.1,
+                p.plateau_bins,
+                bin_s * 1e3
+            )),
+        }
+    }
+}
+
+/// Interior bins a between-the-drops rate needs.
+pub const BETWEEN_DROPS_MIN_BINS: usize = 2;
+
+/// The policed rate where the capture point is downstream of the drops (it saw the holes): a
+/// token bucket is empty at every drop, so between two drops it passes exactly its rate × time
+/// (Flach et al. take the goodput between the first and the last loss), and here every byte
+/// that passed it passed the capture point when it did. The bins strictly between the first and
+/// the last one with a hole: the first holds the bucket's credit draining before the first drop,
+/// the last the sender's backing off after the last. Upstream of the drops only acknowledgments
+/// tell what passed, and a cumulative ACK credits bytes that arrived before a hole was repaired
+/// to the bin that repaired it.
+fn between_drops_bps(sr: &Series<'_>) -> Option<(f64, usize)> {
+    let t = sr.tx;
+    let (skipped, repaired) = (
+        t.skipped_bytes.iter().sum::<u64>(),
+        t.repaired_bytes.iter().sum::<u64>(),
+    );
+    if skipped * 2 < repaired {
+        return None;
+    }
+    let first = t.skipped_bytes.iter().position(|&b| b > 0)?;
+    let last = t.skipped_bytes.iter().rposition(|&b| b > 0)?;
+    let bins = (first + 1..last).len();
+    if bins < BETWEEN_DROPS_MIN_BINS {
+        return None;
+    }
+    let passed: u64 = (first + 1..last)
+        .map(|k| t.sent_bytes[k] + t.repaired_bytes[k])
+        .sum();
+    Some((passed as f64 * 8.0 / (bins as f64 * sr.bin_s), bins))
 }
 
 fn policed(c: &ConnSummary, s: &Side<'_>, sr: &Series<'_>) -> Option<Policed> {
@@ -228,7 +300,10 @@ fn policed(c: &ConnSummary, s: &Side<'_>, sr: &Series<'_>) -> Option<Policed> {
         return None;
     }
     let mut rates: Vec<f64> = (first..=last).map(|k| sr.rate_bps(k)).collect();
-    let rate_bps = median(&mut rates);
+    let (rate_bps, rate_basis) = match between_drops_bps(sr) {
+        Some((bps, bins)) => (bps, RateBasis::BetweenDrops { bins }),
+        None => (median(&mut rates), RateBasis::MedianBin),
+    };
     let in_band = rates
         .iter()
         .filter(|&&r| (PLATEAU_BAND.0..=PLATEAU_BAND.1).contains(&(r / rate_bps)))
@@ -253,6 +328,7 @@ fn policed(c: &ConnSummary, s: &Side<'_>, sr: &Series<'_>) -> Option<Policed> {
     Some(Policed {
         count,
         rate_bps,
+        rate_basis,
         plateau_bins: bins,
         plateau_in_band: in_band,
         no_queue_share,
@@ -341,7 +417,7 @@ pub(crate) fn policer(c: &ConnSummary, s: &Side<'_>) -> Option<Finding> {
         format_bytes(p.burst_bytes)
     ))
     .requirement(format!(
-        "flagged when ≥ {:.0} % (≥ {POLICER_MIN_LOST}) of the data segments are lost, ≥ {:.0} % of the lost bytes in dense episodes (≥ 3 segments losing ≥ 25 % of their span), ≥ {:.0} % of the repairs while the RTT stayed within max({QUEUE_MIN_MS:.0} ms, {:.0} %) of the idle RTT, ≥ {:.0} % of the bins from the first loss on within {:.0}–{:.0} % of the policed rate (their median goodput; Flach et al. take the goodput between the first and last loss), that rate > {MATHIS_FACTOR:.1}× Mathis' bound at the measured loss and idle RTT, and the sender offering ≥ {OFFERED_ABOVE_PLATEAU:.1}× that rate in some bin up to the last loss (a sender paced at the rate that loses anyway was not policed)",
+        "flagged when ≥ {:.0} % (≥ {POLICER_MIN_LOST}) of the data segments are lost, ≥ {:.0} % of the lost bytes in dense episodes (≥ 3 segments losing ≥ 25 % of their span), ≥ {:.0} % of the repairs while the RTT stayed within max({QUEUE_MIN_MS:.0} ms, {:.0} %) of the idle RTT, ≥ {:.0} % of the bins from the first loss on within {:.0}–{:.0} % of the policed rate (the policed rate: the payload that passed between the first and the last drop where the capture point is downstream of them, as Flach et al. take the goodput between the first and last loss; upstream, the median bin's acknowledged goodput), that rate > {MATHIS_FACTOR:.1}× Mathis' bound at the measured loss and idle RTT, and the sender offering ≥ {OFFERED_ABOVE_PLATEAU:.1}× that rate in some bin up to the last loss (a sender paced at the rate that loses anyway was not policed)",
         POLICER_MIN_LOSS * 100.0,
         DENSE_LOSS_SHARE * 100.0,
         NO_QUEUE_SHARE * 100.0,
@@ -351,7 +427,7 @@ pub(crate) fn policer(c: &ConnSummary, s: &Side<'_>) -> Option<Finding> {
         PLATEAU_BAND.1 * 100.0
     ))
     .evidence(Evidence::new(format!("policed rate {}, IP layer", s.dir.arrow()), Quantity::WireRate(ip_bps)).with_detail("goodput plus IP/TCP headers per MSS (what a policer meters)"))
-    .evidence(Evidence::new("goodput from the first loss on (median bin)", Quantity::Goodput(p.rate_bps)).with_detail(format!("{:.1}–{:.1} s, {} bins of {:.0} ms", p.span_s.0, p.span_s.1, p.plateau_bins, sr.bin_s * 1e3)))
+    .evidence(p.rate_basis.evidence(p.rate_bps, sr.bin_s, &p))
     .evidence(Evidence::new(format!("{}'s segments lost", s.sender), pct(share)).with_detail(format!("{} of {} data segments", p.count.lost(), p.count.data_segments)))
     .evidence(Evidence::new("loss episodes: dense / all", Quantity::Text(format!("{} / {} (largest {} segments)", ep.dense_episodes, ep.episodes, ep.largest_segments))).with_detail(format!("{} of {} lost", format_bytes(ep.dense_lost_bytes), format_bytes(ep.lost_bytes))))
     .evidence(Evidence::new("RTT while losing vs idle", Quantity::Text(format!("{:.1} ms vs {:.1} ms", p.loss_rtt_ms, sr.idle_ms))).with_detail(format!("{:.0} % of the repaired bytes within the {:.1} ms queue threshold", p.no_queue_share * 100.0, sr.queue_threshold_ms())))

@@ -77,11 +77,23 @@ fn analyze_names_the_policer_from_either_end() {
         for p in &policed {
             assert_eq!(p["status"], "warn");
             let rate = number(p, "policed rate");
+            // Downstream of the drops (the client receiving a download saw the holes) the payload
+            // that passed between them is the bucket's rate: 19.80–20.02 Mbit/s in 12 captures,
+            // CPU hogs or not. Upstream only acknowledgments tell (a repair's cumulative ACK
+            // credits earlier bytes to its bin): the median bin read 18.15–21.07 in 25 captures
+            // and 17.9 once in CI (10.4 % low), CUBIC's recovery below the rate weighing in.
+            let downstream = p["evidence"]
+                .to_string()
+                .contains("goodput between the drops");
+            let bound = if downstream { 0.03 } else { 0.12 };
             assert!(
-                (rate / POLICED_BPS - 1.0).abs() <= 0.1,
-                "{}: policed at {rate} bit/s, not within 10 % of 20 Mbit/s: {p:#}",
+                (rate / POLICED_BPS - 1.0).abs() <= bound,
+                "{}: policed at {rate} bit/s, not within {bound} of 20 Mbit/s: {p:#}",
                 f.display()
             );
+            if f.ends_with("client.pcap") && p["direction"] == "server-to-client" {
+                assert!(downstream, "{}: {p:#}", f.display());
+            }
             let fixes = p["remedies"].to_string();
             assert!(fixes.contains("fq maxrate"), "{fixes}");
             assert!(
