@@ -16,8 +16,13 @@ use crate::phases::LossClass;
 /// Path loss over the whole test (share of sent bytes) a policer verdict needs: policed traces
 /// lose several percent (Flach et al.: on average 6× the loss of unpoliced ones).
 pub const POLICER_MIN_LOSS: f64 = 0.01;
-/// Every full steady-state interval within this factor of the plateau (and its inverse).
+/// Every full steady-state interval within this factor of the plateau (and its inverse) …
 pub const PLATEAU_FACTOR: f64 = 0.8;
+/// … or, below it, down to this share: a loss-based sender recovering from a heavy drop (CUBIC
+/// regrows its window over K = ∛(W·(1−β)/C), seconds at 40 ms) runs below the rate for an
+/// interval or two and banks the bucket's tokens. The plateau is then only a lower bound of the
+/// policed rate, reported as a range.
+pub const RECOVERY_FLOOR: f64 = 0.6;
 /// Loss "concentrated where the sender exceeded the plateau": the interval with the most lost
 /// segments holds at least this share of them …
 pub const CONCENTRATED_SHARE: f64 = 0.5;
@@ -47,6 +52,10 @@ pub struct Policed {
     pub burst_bytes: u64,
     /// Largest and smallest steady interval over the plateau.
     pub plateau_spread: (f64, f64),
+    /// When a steady interval ran below [`PLATEAU_FACTOR`] of the plateau (the sender recovering,
+    /// banking tokens it may not have spent by the end): the most the policed rate can be — the
+    /// plateau plus the bucket's lower bound spread over the steady state — as goodput and IP.
+    pub upper_bound: Option<(f64, f64)>,
 }
 
 /// The policer signature of one direction, or `None`.
@@ -73,7 +82,7 @@ pub fn policed(d: &DirectionResult, b: &Basis) -> Option<Policed> {
     let (lo, hi) = ratios
         .iter()
         .fold((f64::MAX, 0.0_f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
-    if ratios.is_empty() || lo < PLATEAU_FACTOR || hi > 1.0 / PLATEAU_FACTOR {
+    if ratios.is_empty() || lo < RECOVERY_FLOOR || hi > 1.0 / PLATEAU_FACTOR {
         return None;
     }
     let model_bps = loss_model_rate(
@@ -90,18 +99,26 @@ pub fn policed(d: &DirectionResult, b: &Basis) -> Option<Policed> {
     if !(unexplained || concentrated) {
         return None;
     }
-    let ip_bps = wire_estimate(plateau, d.sender.snd_mss, d.ipv6, d.sender.timestamps, 0.0).ip_bps;
+    let ip =
+        |goodput| wire_estimate(goodput, d.sender.snd_mss, d.ipv6, d.sender.timestamps, 0.0).ip_bps;
+    let burst_bytes = burst_estimate(d, plateau);
+    let steady_s = steady.end_s - steady.start_s;
+    let upper_bound = (lo < PLATEAU_FACTOR && steady_s > 0.0).then(|| {
+        let upper = plateau + burst_bytes as f64 * 8.0 / steady_s;
+        (upper, ip(upper))
+    });
     Some(Policed {
         goodput_bps: plateau,
-        ip_bps,
+        ip_bps: ip(plateau),
         loss_share: loss.path_share,
         model_bps,
         worst_loss_share: w.loss_share,
         worst_loss_rate: w.loss_rate,
         rest_loss_rate: w.rest_loss_rate,
         worst_interval: w.span,
-        burst_bytes: burst_estimate(d, plateau),
+        burst_bytes,
         plateau_spread: (lo, hi),
+        upper_bound,
     })
 }
 
@@ -173,31 +190,60 @@ pub fn policer_finding(d: &DirectionResult, b: &Basis, p: &Policed) -> Finding {
             p.rest_loss_rate * 100.0
         ),
     };
-    Finding::new(CHECK, "policer-limited", Status::Warn, format!(
-        "{}: policed at ≈ {} ({} goodput): {:.1} % of the bytes sent were dropped with no queueing delay — a token-bucket policer, not a lossy link",
+    let (rate, plateau) = match p.upper_bound {
+        None => (
+            format!("≈ {} ({} goodput)", format_rate(p.ip_bps), format_rate(p.goodput_bps)),
+            format!(
+                "The goodput sat on a flat plateau ({}, every steady interval within {:.0}–{:.0} % of it)",
+                format_rate(p.goodput_bps),
+                p.plateau_spread.0 * 100.0,
+                p.plateau_spread.1 * 100.0
+            ),
+        ),
+        Some((upper, ip_upper)) => (
+            format!(
+                "{}–{} ({} goodput or more)",
+                format_rate(p.ip_bps),
+                format_rate(ip_upper),
+                format_rate(p.goodput_bps)
+            ),
+            format!(
+                "The goodput held a plateau of {} (steady intervals within {:.0}–{:.0} % of it; those below {:.0} % were the sender recovering from a heavy drop, banking the bucket's tokens, which it may not have spent by the end of the test — so the policed rate lies between the plateau and the plateau plus the bucket's lower bound over the {:.1} s steady state: up to {} goodput; a longer test narrows it)",
+                format_rate(p.goodput_bps),
+                p.plateau_spread.0 * 100.0,
+                p.plateau_spread.1 * 100.0,
+                PLATEAU_FACTOR * 100.0,
+                d.phases.steady.as_ref().map_or(0.0, |s| s.end_s - s.start_s),
+                format_rate(upper)
+            ),
+        ),
+    };
+    let f = Finding::new(CHECK, "policer-limited", Status::Warn, format!(
+        "{}: policed at {rate}: {:.1} % of the bytes sent were dropped with no queueing delay — a token-bucket policer, not a lossy link",
         d.what(),
-        format_rate(p.ip_bps),
-        format_rate(p.goodput_bps),
         p.loss_share * 100.0
     ))
     .direction(d.core_direction())
     .summary(format!(
-        "The goodput sat on a flat plateau ({}, every steady interval within {:.0}–{:.0} % of it) and the RTT stayed at its minimum while packets were lost ({} smoothed vs {} minimum): nothing queued before the drops, so no buffer filled — a shaper or a congested link queues first. And {why}. That is a token-bucket policer (Flach et al., SIGCOMM 2016), as ISPs and clouds use to enforce a plan; nothing is broken, but every packet above its rate is thrown away and resent. Burst allowance: the transfer ran up to {} ahead of the plateau before the drops held it (a lower bound of the bucket).",
-        format_rate(p.goodput_bps),
-        p.plateau_spread.0 * 100.0,
-        p.plateau_spread.1 * 100.0,
+        "{plateau} and the RTT stayed at its minimum while packets were lost ({} smoothed vs {} minimum): nothing queued before the drops, so no buffer filled — a shaper or a congested link queues first. And {why}. That is a token-bucket policer (Flach et al., SIGCOMM 2016), as ISPs and clouds use to enforce a plan; nothing is broken, but every packet above its rate is thrown away and resent. Burst allowance: the transfer ran up to {} ahead of the plateau before the drops held it (a lower bound of the bucket).",
         ms(b.rtt_s),
         ms(b.min_rtt_s),
         format_bytes(p.burst_bytes)
     ))
     .requirement(format!(
-        "flagged when ≥ {:.0} % of sent bytes are lost on the path with no queue (steady RTT within the queue threshold of the minimum), the steady goodput flat within {:.0}–{:.0} %, and the rate either > {MODEL_FACTOR:.0}× the loss model's or the loss concentrated (≥ {:.0} % of it in one interval that lost ≥ {CONCENTRATION_FACTOR:.0}× the share the rest of the test lost)",
+        "flagged when ≥ {:.0} % of sent bytes are lost on the path with no queue (steady RTT within the queue threshold of the minimum), the steady goodput flat within {:.0}–{:.0} % (down to {:.0} % for a sender recovering from a heavy drop; the rate is then a range), and the rate either > {MODEL_FACTOR:.0}× the loss model's or the loss concentrated (≥ {:.0} % of it in one interval that lost ≥ {CONCENTRATION_FACTOR:.0}× the share the rest of the test lost)",
         POLICER_MIN_LOSS * 100.0,
         PLATEAU_FACTOR * 100.0,
         100.0 / PLATEAU_FACTOR,
+        RECOVERY_FLOOR * 100.0,
         CONCENTRATED_SHARE * 100.0
     ))
-    .evidence(Evidence::new(format!("policed rate, IP layer, {}", b.label), Quantity::WireRate(p.ip_bps)).with_detail("steady-state goodput plus IP/TCP headers, without retransmissions (what a policer meters)"))
+    .evidence(Evidence::new(format!("policed rate, IP layer, {}", b.label), Quantity::WireRate(p.ip_bps)).with_detail(if p.upper_bound.is_some() { "steady-state goodput plus IP/TCP headers, without retransmissions (what a policer meters); a lower bound: the sender spent part of the steady state recovering below the rate" } else { "steady-state goodput plus IP/TCP headers, without retransmissions (what a policer meters)" }));
+    let f = match p.upper_bound {
+        Some((_, ip_upper)) => f.evidence(Evidence::new(format!("policed rate, IP layer, upper bound, {}", b.label), Quantity::WireRate(ip_upper)).with_detail("the plateau plus the bucket's lower bound spread over the steady state: tokens banked in the recovery and never spent")),
+        None => f,
+    };
+    f
     .evidence(Evidence::new(format!("goodput, {}", b.label), Quantity::Goodput(p.goodput_bps)))
     .evidence(Evidence::new("path-loss share of sent bytes, whole test", Quantity::Percent(p.loss_share * 100.0)).with_detail(format!("{} segments retransmitted", d.sender.retransmits)))
     .evidence(Evidence::new("RTT, smoothed vs minimum", Quantity::Text(format!("{} vs {}", ms(b.rtt_s), ms(b.min_rtt_s)))))
@@ -300,6 +346,41 @@ mod tests {
             ],
         );
         assert_eq!(verdict(&bbr), "policer-limited");
+    }
+
+    #[test]
+    fn a_sender_recovering_below_the_rate_gets_a_range() {
+        // Measured (policed-line lab, CUBIC download, 5 s): a heavy drop in the first steady
+        // second, then CUBIC regrowing its window below the rate for three seconds. The steady
+        // mean (16.5 Mbit/s) is 14 % under the 19.3 Mbit/s a 20 Mbit/s IP policer passes as
+        // goodput; the finding says it is a lower bound and gives the most it can be.
+        let d = path(
+            "cubic",
+            &[
+                (36.67, 685, 40.2),
+                (16.49, 280, 40.4),
+                (12.69, 0, 40.2),
+                (16.48, 0, 40.2),
+                (20.27, 0, 40.2),
+            ],
+        );
+        assert_eq!(verdict(&d), "policer-limited");
+        let p = super::policed(&d, &crate::analysis::Basis::of(&d)).expect("policed");
+        let (upper, _) = p.upper_bound.expect("a range");
+        assert!(p.goodput_bps < 19.31e6 && 19.31e6 < upper, "{p:?}");
+        let f = &diagnose_direction(&d)[1];
+        assert!(f.title.contains("–"), "{}", f.title);
+        assert!(
+            f.evidence.iter().any(|e| e.name.contains("upper bound")),
+            "{f:#?}"
+        );
+        // A flat plateau is a point, not a range.
+        let flat = path(
+            "cubic",
+            &[(36.9, 810, 40.5), (18.8, 130, 40.7), (19.5, 40, 40.2)],
+        );
+        let p = super::policed(&flat, &crate::analysis::Basis::of(&flat)).expect("policed");
+        assert_eq!(p.upper_bound, None);
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! End-to-end tests of the throughput check on messy paths through the namespace lab: a
 //! token-bucket policer (nftables `limit … drop`), and the lossy, jittery and clean paths on which
 //! the policer verdict must not fire, and a bloated uplink for the latency-under-load grade. `pathdoc server` runs in the lab's server, `pathdoc check
-//! --throughput` in its client; the JSON report is checked. Tests are short (4 s and 3 s tests
-//! through the same code path users run) and run one at a time.
+//! --throughput` in its client; the JSON report is checked. Tests are short (5 s — the default —
+//! and 3 s tests through the same code path users run) and run one at a time.
 
 use crate::support;
 
@@ -42,9 +42,15 @@ fn with_id<'a>(report: &'a Value, id: &str) -> Vec<&'a Value> {
 /// The policer's 20 Mbit/s is metered on IP bytes; the finding's IP-layer rate is its estimate.
 const POLICED_IP_BPS: f64 = 20e6;
 
+/// Runs per congestion control on the policed line (each runs both directions).
+const POLICED_RUNS: u32 = 5;
+
 /// The issue's path (home NAT, 40 ms RTT, 20 Mbit/s policer both ways), CUBIC and BBR senders:
 /// `policer-limited` both ways with the policed rate within 10 %, and never a "find the lossy
-/// link" remedy. Two runs per congestion control (each runs both directions).
+/// link" remedy. Five runs per congestion control at the default test length (5 s): the lab's
+/// bucket holds a second at the rate (nftables), and CUBIC banks credit in its recovery that it
+/// spends seconds later, so a 4 s test's three steady intervals read up to 21 % low (3 of 94
+/// directions beyond 10 %, measured), 5 s tests within 3.8 % (40 of 40, two CPU hogs or not).
 #[test]
 fn policed_line_is_policer_limited_with_cubic_and_bbr() {
     let _serial = support::serial();
@@ -55,9 +61,10 @@ fn policed_line_is_policer_limited_with_cubic_and_bbr() {
         &["--max-sessions-per-ip", "64"],
     );
     let mut figures = Vec::new();
+    let mut ranges = 0;
     for cc in ["cubic", "bbr"] {
-        for run in 1..=2 {
-            let report = check(&l, "4s", cc);
+        for run in 1..=POLICED_RUNS {
+            let report = check(&l, "5s", cc);
             let policed = with_id(&report, "policer-limited");
             assert_eq!(
                 policed.len(),
@@ -69,10 +76,21 @@ fn policed_line_is_policer_limited_with_cubic_and_bbr() {
             for f in &policed {
                 let ip = f["evidence"][0]["value"]["value"].as_f64().unwrap();
                 figures.push(format!("{cc} run {run} {}: {}", f["direction"], f["title"]));
-                assert!(
-                    (ip / POLICED_IP_BPS - 1.0).abs() < 0.10,
-                    "{cc} run {run}: policed rate {ip} vs {POLICED_IP_BPS}: {f:#}"
-                );
+                // A sender that spent part of the test recovering below the rate (CUBIC after a
+                // heavy drop: measured in ~1 of 10 runs) gets a range, which must hold the truth.
+                match upper_bound(f) {
+                    Some(upper) => {
+                        ranges += 1;
+                        assert!(
+                            ip < POLICED_IP_BPS * 1.03 && POLICED_IP_BPS < upper * 1.03,
+                            "{cc} run {run}: policed {ip}–{upper} misses {POLICED_IP_BPS}: {f:#}"
+                        );
+                    }
+                    None => assert!(
+                        (ip / POLICED_IP_BPS - 1.0).abs() < 0.10,
+                        "{cc} run {run}: policed rate {ip} vs {POLICED_IP_BPS}: {f:#}"
+                    ),
+                }
                 assert_eq!(f["status"], "warn", "{f:#}");
                 let cmds = f["remedies"].to_string();
                 assert!(cmds.contains("fq maxrate"), "{f:#}");
@@ -95,6 +113,25 @@ fn policed_line_is_policer_limited_with_cubic_and_bbr() {
         }
     }
     eprintln!("{}", figures.join("\n"));
+    // A range is the exception: most runs measure the rate to 10 %.
+    assert!(
+        ranges <= 4,
+        "{ranges} of 20 policed rates were ranges:\n{}",
+        figures.join("\n")
+    );
+}
+
+/// The upper bound a `policer-limited` finding gives when its rate is a range.
+fn upper_bound(f: &Value) -> Option<f64> {
+    f["evidence"]
+        .as_array()?
+        .iter()
+        .find(|e| {
+            e["name"]
+                .as_str()
+                .is_some_and(|n| n.contains("upper bound"))
+        })
+        .and_then(|e| e["value"]["value"].as_f64())
 }
 
 /// The paths that must keep their verdicts: bursty loss towards the server (the duplex-mismatch
