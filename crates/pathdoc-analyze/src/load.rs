@@ -13,6 +13,7 @@
 //! drops (the RTT grows).
 
 use pathdoc_core::bufferbloat::{grade, GRADES_TEXT, WARN_FROM_MS};
+use pathdoc_core::policer;
 use pathdoc_core::units::{format_bytes, format_rate};
 use pathdoc_core::{Evidence, Finding, Host, Quantity, Remedy, Status};
 
@@ -47,8 +48,6 @@ pub const OFFERED_ABOVE_PLATEAU: f64 = 1.2;
 /// not set the rate. Policed lab transfers ran at ~10× it; CUBIC on a link losing 4-packet bursts
 /// (3.2 %, 20 ms) at 1.5× — segment loss in bursts overstates the loss events CUBIC reacts to.
 pub const MATHIS_FACTOR: f64 = 3.0;
-/// Pace this far below the policed rate.
-pub const PACING_MARGIN: f64 = 0.95;
 /// Latency under load is reported from this increase (grade B or worse) …
 pub const LATENCY_INFO_FROM_MS: f64 = 30.0;
 /// … over at least this many loaded bins, covering ≥ 10 idle round trips.
@@ -378,7 +377,6 @@ pub(crate) fn policer(c: &ConnSummary, s: &Side<'_>) -> Option<Finding> {
     let p = policed(c, s, &sr)?;
     let ep = &s.tx.loss_episodes;
     let ip_bps = ip_rate(c, s, p.rate_bps);
-    let pace = PACING_MARGIN * ip_bps;
     let mss = f64::from(s.tx.max_segment_bytes.clamp(536, 9000));
     let share = p.count.share();
     let mathis = crate::diagnose::mathis_bps(mss, sr.idle_ms / 1e3, share);
@@ -434,32 +432,17 @@ pub(crate) fn policer(c: &ConnSummary, s: &Side<'_>) -> Option<Finding> {
     .evidence(Evidence::new("Mathis' bound at this loss and RTT", Quantity::Rate(mathis)).with_detail("what a loss-based sender could reach if the loss were random"))
     .evidence(Evidence::new("most the sender offered in one bin", Quantity::Rate(p.offered_peak_bps)).with_detail(format!("{:.1}× the policed rate: it exceeded the rate and the excess was dropped", p.offered_peak_bps / p.rate_bps)))
     .evidence(Evidence::new("burst allowance, lower bound", Quantity::Bytes(p.burst_bytes)).with_detail("most the delivered bytes ran ahead of the policed rate before the first loss"));
-    Some(policer_remedies(f, s, ip_bps, pace))
+    Some(policer_remedies(f, s, ip_bps))
 }
 
-fn policer_remedies(f: Finding, s: &Side<'_>, ip_bps: f64, pace: f64) -> Finding {
-    f.remedy(
-        Remedy::new(format!(
-            "Pace the {} a little below the policed rate, so it never overruns the bucket: with the fq qdisc, cap it at ≈ {} (per socket: SO_MAX_PACING_RATE, e.g. iperf3 --fq-rate)",
-            s.sender,
-            format_rate(pace)
-        ))
-        .on(s.sender_host.clone())
-        .with_command(format!("tc qdisc replace dev IFACE root fq maxrate {}kbit", (pace / 1e3).round() as u64)),
-    )
-    .remedy(
-        Remedy::new("Or run BBR on the sender: it paces at the delivery rate it measures and (BBR v1) detects token-bucket policers")
-            .on(s.sender_host.clone())
-            .with_command("sysctl -w net.core.default_qdisc=fq net.ipv4.tcp_congestion_control=bbr"),
-    )
-    .remedy(
-        Remedy::new(format!(
-            "Ask the provider which rate the plan enforces {} and compare it with what you pay for: measured ≈ {} at the IP layer",
-            s.dir.arrow(),
-            format_rate(ip_bps)
-        ))
-        .on(Host::Isp),
-    )
+fn policer_remedies(f: Finding, s: &Side<'_>, ip_bps: f64) -> Finding {
+    f.remedy(policer::pace_below(
+        &format!("the {}", s.sender),
+        ip_bps,
+        s.sender_host.clone(),
+    ))
+    .remedy(policer::run_bbr(s.sender_host.clone()))
+    .remedy(policer::ask_the_provider(s.dir.arrow(), ip_bps))
 }
 
 /// The round trip while a direction was busy, against the idle one.

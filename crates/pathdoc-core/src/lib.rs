@@ -8,6 +8,7 @@ pub mod bufferbloat;
 pub mod busy;
 pub mod check;
 pub mod nic;
+pub mod policer;
 pub mod progress;
 pub mod report;
 pub mod text;

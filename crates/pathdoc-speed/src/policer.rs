@@ -6,8 +6,9 @@
 //! Traffic Policing" (SIGCOMM 2016), use the same signature on server-side traces: loss without
 //! RTT inflation before it, at a steady delivery rate.
 
+use pathdoc_core::policer;
 use pathdoc_core::units::{format_bytes, format_rate};
-use pathdoc_core::{Evidence, Finding, Host, Quantity, Remedy, Status};
+use pathdoc_core::{Evidence, Finding, Quantity, Remedy, Status};
 
 use crate::analysis::{Basis, DirectionResult, CHECK, MODEL_FACTOR};
 use crate::model::{loss_model_rate, wire_estimate};
@@ -29,8 +30,6 @@ pub const CONCENTRATED_SHARE: f64 = 0.5;
 /// … and lost at least this many times the share of its bytes that the rest of the test lost (a
 /// lossy link drops in proportion to the traffic that crosses it, a policer what exceeds its rate).
 pub const CONCENTRATION_FACTOR: f64 = 4.0;
-/// Pace this far below the policed rate.
-pub const PACING_MARGIN: f64 = 0.95;
 
 /// Why a direction looks policed, with the figures the finding reports.
 #[derive(Debug, Clone, PartialEq)]
@@ -173,7 +172,6 @@ fn ms(s: f64) -> String {
 pub fn policer_finding(d: &DirectionResult, b: &Basis, p: &Policed) -> Finding {
     let cc = d.sender.congestion_control.as_str();
     let bbr = cc.to_ascii_lowercase().starts_with("bbr");
-    let pace = PACING_MARGIN * p.ip_bps;
     let why = match p.model_bps {
         Some(m) if p.goodput_bps > MODEL_FACTOR * m => format!(
             "a loss-based sender ({cc}) losing {:.1} % could not run at {} — the loss model allows about {} — so the losses did not set the rate: something enforced the rate and dropped what exceeded it",
@@ -256,29 +254,14 @@ pub fn policer_finding(d: &DirectionResult, b: &Basis, p: &Policed) -> Finding {
         p.worst_interval.0,
         p.worst_interval.1
     ))))
-    .remedy(
-        Remedy::new(format!(
-            "Pace the sender a little below the policed rate, so it never exceeds the bucket: with the fq qdisc, cap it at ≈ {} (per socket: SO_MAX_PACING_RATE, e.g. iperf3 --fq-rate)",
-            format_rate(pace)
-        ))
-        .on(d.sender_side.host())
-        .with_command(format!("tc qdisc replace dev IFACE root fq maxrate {}kbit", (pace / 1e3).round() as u64)),
-    )
+    .remedy(policer::pace_below("the sender", p.ip_bps, d.sender_side.host()))
     .remedy(if bbr {
         Remedy::new(format!("The sender already runs {cc}; its bandwidth probes still overran the bucket ({:.1} % lost), so pacing with maxrate is what removes the loss", p.loss_share * 100.0))
             .on(d.sender_side.host())
     } else {
-        Remedy::new("Or switch the sender to BBR, which paces at the delivery rate it measures and (BBR v1) detects token-bucket policers")
-            .on(d.sender_side.host())
-            .with_command("sysctl -w net.core.default_qdisc=fq net.ipv4.tcp_congestion_control=bbr")
+        policer::run_bbr(d.sender_side.host())
     })
-    .remedy(
-        Remedy::new(format!(
-            "Ask the provider which rate the plan enforces in this direction and compare it with what you pay for: measured ≈ {} at the IP layer",
-            format_rate(p.ip_bps)
-        ))
-        .on(Host::Isp),
-    )
+    .remedy(policer::ask_the_provider("in this direction", p.ip_bps))
 }
 
 #[cfg(test)]
