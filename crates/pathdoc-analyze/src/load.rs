@@ -189,7 +189,8 @@ enum RateBasis {
 }
 
 impl RateBasis {
-    fn evidence(self, rate_bps: f64, bin_s: f64, p: &Policed) -> Evidence {
+    fn evidence(self, p: &Policed, bin_s: f64) -> Evidence {
+        let rate_bps = p.rate_bps;
         match self {
             RateBasis::BetweenDrops { bins } => Evidence::new(
                 "goodput between the drops",
@@ -425,7 +426,7 @@ pub(crate) fn policer(c: &ConnSummary, s: &Side<'_>) -> Option<Finding> {
         PLATEAU_BAND.1 * 100.0
     ))
     .evidence(Evidence::new(format!("policed rate {}, IP layer", s.dir.arrow()), Quantity::WireRate(ip_bps)).with_detail("goodput plus IP/TCP headers per MSS (what a policer meters)"))
-    .evidence(p.rate_basis.evidence(p.rate_bps, sr.bin_s, &p))
+    .evidence(p.rate_basis.evidence(&p, sr.bin_s))
     .evidence(Evidence::new(format!("{}'s segments lost", s.sender), pct(share)).with_detail(format!("{} of {} data segments", p.count.lost(), p.count.data_segments)))
     .evidence(Evidence::new("loss episodes: dense / all", Quantity::Text(format!("{} / {} (largest {} segments)", ep.dense_episodes, ep.episodes, ep.largest_segments))).with_detail(format!("{} of {} lost", format_bytes(ep.dense_lost_bytes), format_bytes(ep.lost_bytes))))
     .evidence(Evidence::new("RTT while losing vs idle", Quantity::Text(format!("{:.1} ms vs {:.1} ms", p.loss_rtt_ms, sr.idle_ms))).with_detail(format!("{:.0} % of the repaired bytes within the {:.1} ms queue threshold", p.no_queue_share * 100.0, sr.queue_threshold_ms())))
