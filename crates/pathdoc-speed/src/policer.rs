@@ -24,6 +24,11 @@ pub const PLATEAU_FACTOR: f64 = 0.8;
 /// interval or two and banks the bucket's tokens. The plateau is then only a lower bound of the
 /// policed rate, reported as a range.
 pub const RECOVERY_FLOOR: f64 = 0.6;
+/// The rate is a range, too, when the test ended this many full intervals after its last loss:
+/// a sender that never met the empty bucket again may have banked tokens it never spent (the
+/// lab's deep bucket: a recovery at 13–17 Mbit/s, then 21–23 Mbit/s without loss, the steady
+/// mean 15 % under the rate).
+pub const UNSPENT_TAIL_INTERVALS: usize = 2;
 /// Loss "concentrated where the sender exceeded the plateau": the interval with the most lost
 /// segments holds at least this share of them …
 pub const CONCENTRATED_SHARE: f64 = 0.5;
@@ -51,10 +56,21 @@ pub struct Policed {
     pub burst_bytes: u64,
     /// Largest and smallest steady interval over the plateau.
     pub plateau_spread: (f64, f64),
-    /// When a steady interval ran below [`PLATEAU_FACTOR`] of the plateau (the sender recovering,
-    /// banking tokens it may not have spent by the end): the most the policed rate can be — the
-    /// plateau plus the bucket's lower bound spread over the steady state — as goodput and IP.
-    pub upper_bound: Option<(f64, f64)>,
+    /// When a steady interval ran below [`PLATEAU_FACTOR`] of the plateau or the test ended
+    /// [`UNSPENT_TAIL_INTERVALS`] after its last loss, the drops do not bracket the steady state:
+    /// the bucket may have held credit at its start and its end (a sender banks tokens while it
+    /// recovers below the rate and spends them later without loss), so the policed rate is the
+    /// plateau ± the bucket's lower bound spread over the steady state.
+    pub range: Option<RateRange>,
+    /// Loss-free full steady intervals at the end of the test.
+    pub unspent_tail: usize,
+}
+
+/// The policed rate as a range, goodput and IP layer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateRange {
+    pub goodput_bps: (f64, f64),
+    pub ip_bps: (f64, f64),
 }
 
 /// The policer signature of one direction, or `None`.
@@ -68,20 +84,18 @@ pub fn policed(d: &DirectionResult, b: &Basis) -> Option<Policed> {
         return None;
     }
     let plateau = steady.goodput_bps;
-    let steady_part = &d.intervals[steady.first_interval.min(d.intervals.len())..];
-    let typical = steady_part
-        .iter()
-        .map(|i| i.end_s - i.start_s)
-        .fold(0.0, f64::max);
-    let ratios: Vec<f64> = steady_part
-        .iter()
-        .filter(|i| i.end_s - i.start_s >= 0.5 * typical)
-        .map(|i| i.goodput_bps / plateau)
-        .collect();
-    let (lo, hi) = ratios
-        .iter()
-        .fold((f64::MAX, 0.0_f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
-    if ratios.is_empty() || lo < RECOVERY_FLOOR || hi > 1.0 / PLATEAU_FACTOR {
+    let shape = Shape::of(d, steady.first_interval, plateau)?;
+    let burst_bytes = burst_estimate(d, plateau);
+    let steady_s = steady.end_s - steady.start_s;
+    // The bucket's credit at the steady state's ends, if the drops do not bracket it.
+    let credit_bps = burst_bytes as f64 * 8.0 / steady_s.max(1e-3);
+    let ranged = shape.lo < PLATEAU_FACTOR || shape.unspent_tail >= UNSPENT_TAIL_INTERVALS;
+    let ceiling = if ranged {
+        plateau + credit_bps
+    } else {
+        plateau
+    };
+    if shape.lo < RECOVERY_FLOOR || shape.hi * plateau > ceiling / PLATEAU_FACTOR {
         return None;
     }
     let model_bps = loss_model_rate(
@@ -100,11 +114,12 @@ pub fn policed(d: &DirectionResult, b: &Basis) -> Option<Policed> {
     }
     let ip =
         |goodput| wire_estimate(goodput, d.sender.snd_mss, d.ipv6, d.sender.timestamps, 0.0).ip_bps;
-    let burst_bytes = burst_estimate(d, plateau);
-    let steady_s = steady.end_s - steady.start_s;
-    let upper_bound = (lo < PLATEAU_FACTOR && steady_s > 0.0).then(|| {
-        let upper = plateau + burst_bytes as f64 * 8.0 / steady_s;
-        (upper, ip(upper))
+    let range = ranged.then(|| {
+        let (low, high) = ((plateau - credit_bps).max(0.0), plateau + credit_bps);
+        RateRange {
+            goodput_bps: (low, high),
+            ip_bps: (ip(low), ip(high)),
+        }
     });
     Some(Policed {
         goodput_bps: plateau,
@@ -116,9 +131,48 @@ pub fn policed(d: &DirectionResult, b: &Basis) -> Option<Policed> {
         rest_loss_rate: w.rest_loss_rate,
         worst_interval: w.span,
         burst_bytes,
-        plateau_spread: (lo, hi),
-        upper_bound,
+        plateau_spread: (shape.lo, shape.hi),
+        range,
+        unspent_tail: shape.unspent_tail,
     })
+}
+
+/// The full steady intervals against the plateau.
+struct Shape {
+    /// Smallest and largest interval over the plateau.
+    lo: f64,
+    hi: f64,
+    /// Loss-free full intervals after the last one that lost packets.
+    unspent_tail: usize,
+}
+
+impl Shape {
+    fn of(d: &DirectionResult, first: usize, plateau: f64) -> Option<Shape> {
+        let steady_part = &d.intervals[first.min(d.intervals.len())..];
+        let typical = steady_part
+            .iter()
+            .map(|i| i.end_s - i.start_s)
+            .fold(0.0, f64::max);
+        let full: Vec<_> = steady_part
+            .iter()
+            .filter(|i| i.end_s - i.start_s >= 0.5 * typical)
+            .collect();
+        let (lo, hi) = full.iter().fold((f64::MAX, 0.0_f64), |(lo, hi), i| {
+            let r = i.goodput_bps / plateau;
+            (lo.min(r), hi.max(r))
+        });
+        let mss = u64::from(d.sender.snd_mss);
+        let unspent_tail = full
+            .iter()
+            .rev()
+            .take_while(|i| i.bytes_retrans <= i.dsack_dups * mss)
+            .count();
+        (!full.is_empty()).then_some(Shape {
+            lo,
+            hi,
+            unspent_tail,
+        })
+    }
 }
 
 /// The interval with the most lost segments, against the rest of the test.
@@ -188,7 +242,7 @@ pub fn policer_finding(d: &DirectionResult, b: &Basis, p: &Policed) -> Finding {
             p.rest_loss_rate * 100.0
         ),
     };
-    let (rate, plateau) = match p.upper_bound {
+    let (rate, plateau) = match p.range {
         None => (
             format!("≈ {} ({} goodput)", format_rate(p.ip_bps), format_rate(p.goodput_bps)),
             format!(
@@ -198,21 +252,26 @@ pub fn policer_finding(d: &DirectionResult, b: &Basis, p: &Policed) -> Finding {
                 p.plateau_spread.1 * 100.0
             ),
         ),
-        Some((upper, ip_upper)) => (
+        Some(r) => (
             format!(
-                "{}–{} ({} goodput or more)",
-                format_rate(p.ip_bps),
-                format_rate(ip_upper),
+                "{}–{} (plateau {} goodput)",
+                format_rate(r.ip_bps.0),
+                format_rate(r.ip_bps.1),
                 format_rate(p.goodput_bps)
             ),
             format!(
-                "The goodput held a plateau of {} (steady intervals within {:.0}–{:.0} % of it; those below {:.0} % were the sender recovering from a heavy drop, banking the bucket's tokens, which it may not have spent by the end of the test — so the policed rate lies between the plateau and the plateau plus the bucket's lower bound over the {:.1} s steady state: up to {} goodput; a longer test narrows it)",
+                "The goodput held a plateau of {} (steady intervals within {:.0}–{:.0} % of it), but {}: the drops do not bracket the steady state, so the bucket may have held credit at its start and its end (a sender banks tokens while below the rate and spends them later without a drop), and the policed rate is the plateau ± the bucket's lower bound over the {:.1} s steady state: {}–{} goodput; a longer test narrows it",
                 format_rate(p.goodput_bps),
                 p.plateau_spread.0 * 100.0,
                 p.plateau_spread.1 * 100.0,
-                PLATEAU_FACTOR * 100.0,
+                if p.plateau_spread.0 < PLATEAU_FACTOR {
+                    format!("those below {:.0} % were the sender recovering from a heavy drop", PLATEAU_FACTOR * 100.0)
+                } else {
+                    format!("the test ended {} intervals after its last loss", p.unspent_tail)
+                },
                 d.phases.steady.as_ref().map_or(0.0, |s| s.end_s - s.start_s),
-                format_rate(upper)
+                format_rate(r.goodput_bps.0),
+                format_rate(r.goodput_bps.1)
             ),
         ),
     };
@@ -236,9 +295,11 @@ pub fn policer_finding(d: &DirectionResult, b: &Basis, p: &Policed) -> Finding {
         RECOVERY_FLOOR * 100.0,
         CONCENTRATED_SHARE * 100.0
     ))
-    .evidence(Evidence::new(format!("policed rate, IP layer, {}", b.label), Quantity::WireRate(p.ip_bps)).with_detail(if p.upper_bound.is_some() { "steady-state goodput plus IP/TCP headers, without retransmissions (what a policer meters); a lower bound: the sender spent part of the steady state recovering below the rate" } else { "steady-state goodput plus IP/TCP headers, without retransmissions (what a policer meters)" }));
-    let f = match p.upper_bound {
-        Some((_, ip_upper)) => f.evidence(Evidence::new(format!("policed rate, IP layer, upper bound, {}", b.label), Quantity::WireRate(ip_upper)).with_detail("the plateau plus the bucket's lower bound spread over the steady state: tokens banked in the recovery and never spent")),
+    .evidence(Evidence::new(format!("policed rate, IP layer, {}", b.label), Quantity::WireRate(p.ip_bps)).with_detail("steady-state goodput plus IP/TCP headers, without retransmissions (what a policer meters)"));
+    let f = match p.range {
+        Some(r) => f
+            .evidence(Evidence::new(format!("policed rate, IP layer, lower bound, {}", b.label), Quantity::WireRate(r.ip_bps.0)).with_detail("the plateau less the bucket's lower bound spread over the steady state: credit it may have spent at the start"))
+            .evidence(Evidence::new(format!("policed rate, IP layer, upper bound, {}", b.label), Quantity::WireRate(r.ip_bps.1)).with_detail("the plateau plus the bucket's lower bound spread over the steady state: tokens banked and never spent")),
         None => f,
     };
     f
@@ -349,8 +410,11 @@ mod tests {
         );
         assert_eq!(verdict(&d), "policer-limited");
         let p = super::policed(&d, &crate::analysis::Basis::of(&d)).expect("policed");
-        let (upper, _) = p.upper_bound.expect("a range");
-        assert!(p.goodput_bps < 19.31e6 && 19.31e6 < upper, "{p:?}");
+        let r = p.range.expect("a range");
+        assert!(
+            r.goodput_bps.0 < 19.31e6 && 19.31e6 < r.goodput_bps.1,
+            "{p:?}"
+        );
         let f = &diagnose_direction(&d)[1];
         assert!(f.title.contains("–"), "{}", f.title);
         assert!(
@@ -363,7 +427,39 @@ mod tests {
             &[(36.9, 810, 40.5), (18.8, 130, 40.7), (19.5, 40, 40.2)],
         );
         let p = super::policed(&flat, &crate::analysis::Basis::of(&flat)).expect("policed");
-        assert_eq!(p.upper_bound, None);
+        assert_eq!(p.range, None);
+    }
+
+    #[test]
+    fn a_test_that_ends_long_after_its_last_loss_gets_a_range() {
+        // Measured (policed-line lab, CUBIC download, 5 s, CI-like load): the last loss in the
+        // first steady second, then 3 s of recovery and spending the banked tokens without a
+        // drop; the steady mean 16.4 Mbit/s, 15 % under the policed 19.3, and the last full
+        // interval 1.27× the mean — it failed the flatness rule and read link-limited PASS.
+        let d = path(
+            "cubic",
+            &[
+                (36.78, 551, 40.3),
+                (14.32, 165, 40.2),
+                (13.25, 0, 40.1),
+                (17.02, 0, 40.2),
+                (20.78, 0, 40.3),
+            ],
+        );
+        assert_eq!(verdict(&d), "policer-limited");
+        let p = super::policed(&d, &crate::analysis::Basis::of(&d)).expect("policed");
+        assert_eq!(p.unspent_tail, 3);
+        let r = p.range.expect("a range");
+        assert!(
+            r.goodput_bps.0 < 19.31e6 && 19.31e6 < r.goodput_bps.1,
+            "{p:?}"
+        );
+        let f = &diagnose_direction(&d)[1];
+        assert!(
+            f.summary.contains("3 intervals after its last loss"),
+            "{}",
+            f.summary
+        );
     }
 
     #[test]

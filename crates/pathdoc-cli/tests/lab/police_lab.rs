@@ -76,17 +76,18 @@ fn policed_line_is_policer_limited_with_cubic_and_bbr() {
             for f in &policed {
                 let ip = f["evidence"][0]["value"]["value"].as_f64().unwrap();
                 figures.push(format!("{cc} run {run} {}: {}", f["direction"], f["title"]));
-                // A sender that spent part of the test recovering below the rate (CUBIC after a
-                // heavy drop: measured in ~1 of 10 runs) gets a range, which must hold the truth.
-                match upper_bound(f) {
-                    Some(upper) => {
+                // Where the drops do not bracket the steady state (CUBIC recovering below the rate
+                // after a heavy drop, or the test ending seconds after the last loss: ~1 in 10
+                // CUBIC directions) the rate is a range, which must hold the truth.
+                match (bound(f, "lower"), bound(f, "upper")) {
+                    (Some(lower), Some(upper)) => {
                         ranges += 1;
                         assert!(
-                            ip < POLICED_IP_BPS * 1.03 && POLICED_IP_BPS < upper * 1.03,
-                            "{cc} run {run}: policed {ip}–{upper} misses {POLICED_IP_BPS}: {f:#}"
+                            lower < POLICED_IP_BPS * 1.03 && POLICED_IP_BPS < upper * 1.03,
+                            "{cc} run {run}: policed {lower}–{upper} misses {POLICED_IP_BPS}: {f:#}"
                         );
                     }
-                    None => assert!(
+                    _ => assert!(
                         (ip / POLICED_IP_BPS - 1.0).abs() < 0.10,
                         "{cc} run {run}: policed rate {ip} vs {POLICED_IP_BPS}: {f:#}"
                     ),
@@ -121,23 +122,23 @@ fn policed_line_is_policer_limited_with_cubic_and_bbr() {
     );
 }
 
-/// The upper bound a `policer-limited` finding gives when its rate is a range.
-fn upper_bound(f: &Value) -> Option<f64> {
+/// The `"lower"` or `"upper"` bound a `policer-limited` finding gives when its rate is a range.
+fn bound(f: &Value, which: &str) -> Option<f64> {
+    let name = format!("{which} bound");
     f["evidence"]
         .as_array()?
         .iter()
-        .find(|e| {
-            e["name"]
-                .as_str()
-                .is_some_and(|n| n.contains("upper bound"))
-        })
+        .find(|e| e["name"].as_str().is_some_and(|n| n.contains(&name)))
         .and_then(|e| e["value"]["value"].as_f64())
 }
 
 /// The paths that must keep their verdicts: bursty loss towards the server (the duplex-mismatch
 /// scenario; CUBIC's upload stays `loss-limited`), random loss towards the server (CUBIC,
 /// `loss-limited`), the 70 ms / 50 Mbit/s jitter path and the clean path (CUBIC and BBR): no
-/// `policer-limited` anywhere.
+/// `policer-limited` or `shared-bottleneck` anywhere, and latency under load at most INFO. The
+/// issue asks ten runs of the jitter and clean paths: BBR on the jitter path and both senders on
+/// the clean one run ten times here (CUBIC on the jitter path runs ten times in
+/// `speed_lab::shaped_70ms_cubic_path_has_no_false_alarm_in_ten_runs`, which allows no WARN).
 #[test]
 fn lossy_jittery_and_clean_paths_get_no_policer_verdict() {
     let _serial = support::serial();
@@ -167,50 +168,61 @@ fn lossy_jittery_and_clean_paths_get_no_policer_verdict() {
             if lossy_upload && cc == "bbr" && name == "plrnd" {
                 continue; // the duplex path covers BBR on one-way loss
             }
-            let report = check(&l, "3s", cc);
-            assert!(
-                with_id(&report, "policer-limited").is_empty(),
-                "{name} {cc}: false policer verdict: {:?}\n{}",
-                ids(&report),
-                report["findings"]
-            );
-            // Nobody else is on these links: a rate below the capacity is loss, not sharing.
-            assert!(
-                with_id(&report, "shared-bottleneck").is_empty(),
-                "{name} {cc}: false shared-bottleneck verdict: {:?}",
-                ids(&report)
-            );
-            for f in with_id(&report, "latency-under-load") {
-                assert_eq!(f["status"], "info", "{name} {cc}: {}", f["title"]);
-            }
-            assert_eq!(
-                with_id(&report, "latency-under-load").len(),
-                2,
-                "{name} {cc}"
-            );
-            if lossy_upload && cc == "cubic" {
-                // The upload's loss must be named. On the duplex path (4 % in bursts) that is
-                // always loss-limited; at 0.5 % random loss a 3-s CUBIC upload sits near the
-                // Mathis rate and was once judged link-limited, with the asymmetry WARN naming
-                // the 0.8 % path loss of the upload instead (CI, 4 lab tests at once).
-                let loss_limited = with_id(&report, "loss-limited")
-                    .into_iter()
-                    .any(|f| f["direction"] == "client-to-server");
-                let asymmetry_names_loss = name == "plrnd"
-                    && with_id(&report, "throughput-asymmetry")
-                        .into_iter()
-                        .any(|f| {
-                            f["summary"]
-                                .as_str()
-                                .is_some_and(|t| t.contains("loses") && t.contains("on the path"))
-                        });
-                assert!(
-                    loss_limited || asymmetry_names_loss,
-                    "{name}: the upload's loss is not named: {:?}",
-                    ids(&report)
-                );
+            let runs = match (name, cc) {
+                ("pljit", "bbr") | ("plcln", _) => 10,
+                _ => 1,
+            };
+            for run in 1..=runs {
+                no_new_verdict(&l, name, cc, run, lossy_upload);
             }
         }
+    }
+}
+
+/// One run of [`lossy_jittery_and_clean_paths_get_no_policer_verdict`].
+fn no_new_verdict(l: &ServerLab, name: &str, cc: &str, run: u32, lossy_upload: bool) {
+    let report = check(l, "3s", cc);
+    assert!(
+        with_id(&report, "policer-limited").is_empty(),
+        "{name} {cc} run {run}: false policer verdict: {:?}\n{}",
+        ids(&report),
+        report["findings"]
+    );
+    // Nobody else is on these links: a rate below the capacity is loss, not sharing.
+    assert!(
+        with_id(&report, "shared-bottleneck").is_empty(),
+        "{name} {cc} run {run}: false shared-bottleneck verdict: {:?}",
+        ids(&report)
+    );
+    for f in with_id(&report, "latency-under-load") {
+        assert_eq!(f["status"], "info", "{name} {cc}: {}", f["title"]);
+    }
+    assert_eq!(
+        with_id(&report, "latency-under-load").len(),
+        2,
+        "{name} {cc}"
+    );
+    if lossy_upload && cc == "cubic" {
+        // The upload's loss must be named. On the duplex path (4 % in bursts) that is
+        // always loss-limited; at 0.5 % random loss a 3-s CUBIC upload sits near the
+        // Mathis rate and was once judged link-limited, with the asymmetry WARN naming
+        // the 0.8 % path loss of the upload instead (CI, 4 lab tests at once).
+        let loss_limited = with_id(&report, "loss-limited")
+            .into_iter()
+            .any(|f| f["direction"] == "client-to-server");
+        let asymmetry_names_loss = name == "plrnd"
+            && with_id(&report, "throughput-asymmetry")
+                .into_iter()
+                .any(|f| {
+                    f["summary"]
+                        .as_str()
+                        .is_some_and(|t| t.contains("loses") && t.contains("on the path"))
+                });
+        assert!(
+            loss_limited || asymmetry_names_loss,
+            "{name}: the upload's loss is not named: {:?}",
+            ids(&report)
+        );
     }
 }
 
