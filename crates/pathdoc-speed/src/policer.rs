@@ -288,12 +288,13 @@ pub fn policer_finding(d: &DirectionResult, b: &Basis, p: &Policed) -> Finding {
         format_bytes(p.burst_bytes)
     ))
     .requirement(format!(
-        "flagged when ≥ {:.0} % of sent bytes are lost on the path with no queue (steady RTT within the queue threshold of the minimum), the steady goodput flat within {:.0}–{:.0} % (down to {:.0} % for a sender recovering from a heavy drop; the rate is then a range), and the rate either > {MODEL_FACTOR:.0}× the loss model's or the loss concentrated (≥ {:.0} % of it in one interval that lost ≥ {CONCENTRATION_FACTOR:.0}× the share the rest of the test lost)",
+        "flagged when ≥ {:.0} % of sent bytes are lost on the path with no queue (steady RTT within the queue threshold of the minimum), the steady goodput flat within {:.0}–{:.0} % (down to {:.0} % for a sender recovering from a heavy drop), and the rate either > {MODEL_FACTOR:.0}× the loss model's or the loss concentrated (≥ {:.0} % of it in one interval that lost ≥ {CONCENTRATION_FACTOR:.0}× the share the rest of the test lost); the rate is a range (the plateau ± the burst lower bound over the steady state) when a steady interval ran below {:.0} % of it or the test ended ≥ {UNSPENT_TAIL_INTERVALS} intervals after its last loss",
         POLICER_MIN_LOSS * 100.0,
         PLATEAU_FACTOR * 100.0,
         100.0 / PLATEAU_FACTOR,
         RECOVERY_FLOOR * 100.0,
-        CONCENTRATED_SHARE * 100.0
+        CONCENTRATED_SHARE * 100.0,
+        PLATEAU_FACTOR * 100.0
     ))
     .evidence(Evidence::new(format!("policed rate, IP layer, {}", b.label), Quantity::WireRate(p.ip_bps)).with_detail("steady-state goodput plus IP/TCP headers, without retransmissions (what a policer meters)"));
     let f = match p.range {
