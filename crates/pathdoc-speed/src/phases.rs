@@ -179,7 +179,8 @@ fn lost_segments(i: &Interval) -> u64 {
     i.retransmits.saturating_sub(i.dsack_dups)
 }
 
-fn lost_bytes(i: &Interval, mss: u32) -> u64 {
+/// Bytes an interval retransmitted, less what D-SACKs showed had arrived (spurious repairs).
+pub(crate) fn lost_bytes(i: &Interval, mss: u32) -> u64 {
     i.bytes_retrans
         .saturating_sub(i.dsack_dups * u64::from(mss))
 }

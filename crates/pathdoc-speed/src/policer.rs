@@ -12,7 +12,7 @@ use pathdoc_core::{Evidence, Finding, Quantity, Remedy, Status};
 
 use crate::analysis::{Basis, DirectionResult, CHECK, MODEL_FACTOR};
 use crate::model::{loss_model_rate, wire_estimate};
-use crate::phases::LossClass;
+use crate::phases::{lost_bytes, LossClass};
 
 /// Path loss over the whole test (share of sent bytes) a policer verdict needs: policed traces
 /// lose several percent (Flach et al.: on average 6× the loss of unpoliced ones).
@@ -161,11 +161,10 @@ impl Shape {
             let r = i.goodput_bps / plateau;
             (lo.min(r), hi.max(r))
         });
-        let mss = u64::from(d.sender.snd_mss);
         let unspent_tail = full
             .iter()
             .rev()
-            .take_while(|i| i.bytes_retrans <= i.dsack_dups * mss)
+            .take_while(|i| lost_bytes(i, d.sender.snd_mss) == 0)
             .count();
         (!full.is_empty()).then_some(Shape {
             lo,
@@ -184,10 +183,7 @@ struct Worst {
 }
 
 fn worst_interval(d: &DirectionResult) -> Option<Worst> {
-    let lost = |i: &crate::analysis::Interval| {
-        i.bytes_retrans
-            .saturating_sub(i.dsack_dups * u64::from(d.sender.snd_mss))
-    };
+    let lost = |i: &crate::analysis::Interval| lost_bytes(i, d.sender.snd_mss);
     let total_lost: u64 = d.intervals.iter().map(lost).sum();
     let total_sent: u64 = d.intervals.iter().map(|i| i.bytes_sent).sum();
     let worst = d.intervals.iter().max_by_key(|i| lost(i))?;
